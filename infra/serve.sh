@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# `make serve`: a local Prefect server (SQLite) + the project's deployments + a process worker,
+# all in the foreground. Ctrl-C stops the worker and the server together.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export ELECTRA_REPO="$PWD"
+export ELECTRA_WORK_POOL="${ELECTRA_WORK_POOL:-electra-local}"
+PORT="${PREFECT_PORT:-4200}"
+export PREFECT_API_URL="http://127.0.0.1:${PORT}/api"
+PREFECT=.venv/bin/prefect
+
+"$PREFECT" server start --host 127.0.0.1 --port "$PORT" &
+SERVER=$!
+WORKER=""
+cleanup() {
+    trap - EXIT INT TERM
+    [ -n "$WORKER" ] && kill "$WORKER" 2>/dev/null || true
+    kill "$SERVER" 2>/dev/null || true
+    wait 2>/dev/null || true
+}
+trap cleanup EXIT INT TERM
+
+for _ in $(seq 1 120); do
+    if .venv/bin/python -c "import urllib.request,sys; urllib.request.urlopen('${PREFECT_API_URL}/health', timeout=2)" 2>/dev/null; then
+        break
+    fi
+    kill -0 "$SERVER" 2>/dev/null || { echo "prefect server exited" >&2; exit 1; }
+    sleep 1
+done
+"$PREFECT" work-pool create "$ELECTRA_WORK_POOL" --type process --overwrite >/dev/null
+"$PREFECT" --no-prompt deploy --all
+echo "serving deployments on ${PREFECT_API_URL} (UI: http://127.0.0.1:${PORT}); Ctrl-C stops"
+"$PREFECT" worker start --pool "$ELECTRA_WORK_POOL" &
+WORKER=$!
+wait "$WORKER"

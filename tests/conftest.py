@@ -1,0 +1,23 @@
+"""Shared fixtures: one local Ray instance per test session (starting Ray costs seconds)."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@pytest.fixture(scope="session")
+def ray_local():
+    """A local 2-CPU Ray cluster shared by every test that asks for it."""
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+                 configure_logging=False)
+    ctx = ray.data.DataContext.get_current()
+    ctx.enable_progress_bars = False
+    yield ray
+    ray.shutdown()
