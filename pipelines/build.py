@@ -24,8 +24,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pyarrow.dataset as pads
-
 from pipelines import schema
 from pipelines.config import CorpusConfig
 from pipelines.stage_cache import StageResult, run_cached
@@ -55,15 +53,16 @@ def init_ray(address: str | None = None, num_cpus: int | None = None) -> None:
 def _read(path: Path, kept: bool | None = True):
     import ray
 
-    expr = None
-    if kept is True:
-        expr = pads.field("reason") == ""
-    elif kept is False:
-        expr = pads.field("reason") != ""
+    from ray.data.expressions import col
+
     files = sorted(str(p) for p in path.rglob("*.parquet"))
     if not files:
         return ray.data.from_items([])
-    return ray.data.read_parquet(files, filter=expr) if expr is not None else ray.data.read_parquet(files)
+    ds = ray.data.read_parquet(files)
+    if kept is None:
+        return ds
+    # Ray pushes this predicate down into the Parquet reader.
+    return ds.filter(expr=(col("reason") == "") if kept else (col("reason") != ""))
 
 
 def _lengths(batch: dict[str, Any]) -> dict[str, Any]:

@@ -127,3 +127,28 @@ def write_bad_files(out: Path, rng: random.Random) -> None:
     (out / "bad-utf8.txt").write_bytes(good.encode() + b"\n\nBroken \xff\xfe bytes here in this one.\n\n" + document(rng).encode())
     (out / "bad-short.txt").write_text("too short\n\nspam spam spam spam spam spam\n")
     (out / "bad-json.jsonl").write_text('{"text": "' + document(rng).replace("\n", "\\n") + '"}\n{not json\n{"body": "no text field"}\n')
+
+
+_POSITIVE = ("bright", "golden", "gentle", "generous", "elegant", "remarkable")
+_NEGATIVE = ("broken", "fragile", "stubborn", "forgotten", "crowded", "heavy")
+
+
+def write_sentiment_task(glue_dir: str | Path, *, n_train: int = 600, n_dev: int = 200, seed: int = 0) -> Path:
+    """A learnable SST-2-format task (``sentence\\tlabel``) in ``glue_dir/SST-2``.
+
+    The label is carried by one adjective (positive or negative list) inside an otherwise random
+    sentence, so a model that learned the corpus's words can fine-tune to well above chance.
+    """
+    rng = random.Random(seed)
+    task = Path(glue_dir) / "SST-2"
+    task.mkdir(parents=True, exist_ok=True)
+    for name, n in (("train.tsv", n_train), ("dev.tsv", n_dev)):
+        rows = ["sentence\tlabel"]
+        for _ in range(n):
+            label = rng.randrange(2)
+            adj = rng.choice(_POSITIVE if label else _NEGATIVE)
+            words = sentence(rng).rstrip(".!?").split(" ")
+            words.insert(rng.randrange(1, len(words)), f"{adj} {_zipf_choice(rng, _NOUNS)}")
+            rows.append(f"{' '.join(words).lower()} .\t{label}")
+        (task / name).write_text("\n".join(rows) + "\n")
+    return task

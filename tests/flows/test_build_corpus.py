@@ -100,10 +100,19 @@ def test_every_good_document_survives_exactly_once(corpus):
     originals = {normalize_text(d, FilterConfig()) for d in synthetic.documents(NUM_DOCS, seed=3)}
     near = [p for p in (out / ".work").iterdir() if p.name.startswith("near_dedup-")]
     assert len(near) == 1
-    table = pq.read_table(near[0] / "docs")
-    kept = [t for t, r in zip(table["text"].to_pylist(), table["reason"].to_pylist()) if r == ""]
+    rows = pq.read_table(near[0] / "docs").to_pylist()
+    kept = [r["text"] for r in rows if r["reason"] == ""]
+    kept_uids = {r["uid"] for r in rows if r["reason"] == ""}
+    near_removed = {r["text"]: r["detail"] for r in rows if r["reason"] == "dedup:near"}
     counts = {d: kept.count(d) for d in originals}
-    assert all(c == 1 for c in counts.values()), sorted(counts.values())[:5]
+    assert max(counts.values()) == 1, "a document survived twice"
+    # A cluster keeps its smallest uid, which may be the planted near copy: then the original is
+    # gone as dedup:near, pointing at a kept document — never lost for another reason.
+    missing = [d for d, c in counts.items() if c == 0]
+    assert len(missing) <= int(NUM_DOCS * 0.05)
+    for d in missing:
+        assert d in near_removed
+        assert int(near_removed[d].rsplit(" ", 1)[1]) in kept_uids
 
 
 def test_rerun_skips_stages_and_is_byte_identical(corpus):

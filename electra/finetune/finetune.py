@@ -1,0 +1,151 @@
+"""Fine-tune a pre-trained discriminator on one GLUE task for N seeds and score it.
+
+Per task: read train and dev (and test, when present) in the official layout, tokenise once
+(``[CLS] a [SEP] b [SEP]``, truncated to ``max_seq_len`` by the tokenizer's BERT post-processor;
+MRPC and STS-B also train on the swapped pair ``(b, a)``, which doubles their small training
+sets and makes the classifier symmetric), then per seed: fresh encoder from the export + fresh
+head, the paper's recipe (``loop.train``), predictions on every dev split written to
+``predictions/<task>/seed<N>.jsonl`` and scored FROM THAT FILE (``predictions.recompute_metrics``),
+so reported and recomputed scores are the same numbers by construction.
+
+The MNLI model also predicts the AX diagnostic set and, when present, WNLI's test set (WNLI is an
+entailment task; the GLUE baselines and BERT submit it from an NLI model or as the majority
+class): ``entailment`` → 1, anything else → 0. Test predictions of every seed are kept;
+``glue_submission`` uses the median seed's.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from . import glue_tasks
+from .glue_tasks import GlueExample, TaskSpec
+from .heads import FinetuneModel, SequenceHead, sequence_loss
+from .loop import load_tokenizer, predict, resolve_device, seed_everything, train
+from .metrics import PRIMARY
+from .predictions import glue_rows, prediction_path, recompute_metrics, write_predictions
+from .recipe import FinetuneRecipe, infer_size, recipe_for_size
+from .results import SeedResult, TaskResult
+
+
+def recipe_for_model(model_dir: str | Path, **overrides: Any) -> FinetuneRecipe:
+    """The paper recipe for the size of the exported model (from its ``config.json``)."""
+    path = Path(model_dir) / "config.json"
+    try:
+        hidden = int(json.loads(path.read_text())["hidden_size"])
+    except (OSError, KeyError, ValueError) as exc:
+        raise ValueError(f"{path}: cannot read hidden_size ({exc!r})") from exc
+    return recipe_for_size(overrides.pop("size", None) or infer_size(hidden), **overrides)
+
+
+def load_model(model_dir: str | Path, head_fn, device: torch.device) -> FinetuneModel:
+    from electra.hf_export import load_discriminator_encoder
+
+    encoder, cfg = load_discriminator_encoder(model_dir)
+    return FinetuneModel(encoder, head_fn(cfg.hidden_size)).to(device)
+
+
+def encode_pairs(tokenizer, examples: list[GlueExample], *, max_len: int,
+                 swap: bool = False) -> tuple[list[list[int]], list[list[int]]]:
+    tokenizer.enable_truncation(max_length=max_len)
+    tokenizer.no_padding()
+    inputs = [((e.text_b, e.text_a) if swap else (e.text_a, e.text_b)) if e.text_b is not None
+              else e.text_a for e in examples]
+    encs = tokenizer.encode_batch(inputs)
+    return [e.ids for e in encs], [e.type_ids for e in encs]
+
+
+def _targets(task: TaskSpec, examples: list[GlueExample]) -> torch.Tensor:
+    if task.kind == "regression":
+        return torch.tensor([float(e.label) for e in examples], dtype=torch.float32)
+    return torch.tensor([task.label_index(e.label) for e in examples], dtype=torch.long)
+
+
+def _decode(task: TaskSpec, logits: list[np.ndarray]) -> list:
+    out = np.stack(logits) if logits else np.zeros((0, task.num_labels))
+    if task.kind == "regression":
+        return [round(float(v) * 5.0, 6) for v in out[:, 0]]  # trained on score / 5
+    return [task.labels[int(i)] for i in out.argmax(axis=1)]
+
+
+def _test_sets(task: TaskSpec, glue_dir: Path) -> dict[str, list[GlueExample]]:
+    sets = {s: glue_tasks.read_tsv(p, task=task, layout=task.test, split=s)
+            for s, p in glue_tasks.find_test_files(task, glue_dir).items()}
+    if task.name == "MNLI":
+        ax = glue_tasks.read_ax(glue_dir)
+        if ax is not None:
+            sets["ax"] = ax[1]
+        wnli = glue_tasks.TASKS["WNLI"]
+        for s, p in glue_tasks.find_test_files(wnli, glue_dir).items():
+            sets["wnli_" + s] = glue_tasks.read_tsv(p, task=wnli, layout=wnli.test, split=s)
+    return sets
+
+
+def _test_label(task: TaskSpec, split: str, label):
+    if split.startswith("wnli_"):
+        return "1" if label == "entailment" else "0"
+    return label
+
+
+def finetune_glue(task: TaskSpec | str, *, model_dir: str | Path, glue_dir: str | Path,
+                  recipe: FinetuneRecipe, out_dir: str | Path) -> TaskResult:
+    """Fine-tune on one GLUE task for ``recipe.seeds``; predictions and scores under out_dir."""
+    task = glue_tasks.get_task(task) if isinstance(task, str) else task
+    glue_dir, out_dir = Path(glue_dir), Path(out_dir)
+    train_ex = glue_tasks.read_split(task, glue_dir, "train")[: recipe.max_train_examples]
+    eval_sets = {s: glue_tasks.read_split(task, glue_dir, s)[: recipe.max_eval_examples]
+                 for s in task.eval_splits}
+    test_sets = _test_sets(task, glue_dir)
+    tokenizer = load_tokenizer(model_dir)
+    pad_id = tokenizer.token_to_id("[PAD]") or 0
+    rows, segs = encode_pairs(tokenizer, train_ex, max_len=recipe.max_seq_len)
+    targets = _targets(task, train_ex)
+    if task.both_orders:
+        r2, s2 = encode_pairs(tokenizer, train_ex, max_len=recipe.max_seq_len, swap=True)
+        rows, segs, targets = rows + r2, segs + s2, torch.cat([targets, targets])
+    encoded_eval = {s: encode_pairs(tokenizer, ex, max_len=recipe.max_seq_len)
+                    for s, ex in {**eval_sets, **test_sets}.items()}
+    regression = task.kind == "regression"
+    device = resolve_device(recipe)
+
+    def loss_fn(out, idx, dev):
+        return sequence_loss(out.logits, targets[idx].to(dev), regression=regression)
+
+    seeds = []
+    for seed in recipe.seeds:
+        seed_everything(seed)
+        model = load_model(model_dir, lambda h: SequenceHead(h, task.num_labels,
+                                                             dropout=recipe.dropout), device)
+        stats = train(model, rows=rows, segs=segs, loss_fn=loss_fn, recipe=recipe,
+                      epochs=recipe.epochs or task.epochs, seed=seed, pad_id=pad_id)
+        preds = {s: _decode(task, predict(model, rows=r, segs=g, recipe=recipe,
+                                          pad_id=pad_id)[0])
+                 for s, (r, g) in encoded_eval.items()}
+        seeds.append(_write_seed(task, seed=seed, preds=preds, eval_sets=eval_sets,
+                                 test_sets=test_sets, out_dir=out_dir, stats=stats))
+        del model
+    return TaskResult(task=task.name, primary=PRIMARY[task.name], seeds=seeds,
+                      num_train=len(rows), num_eval={s: len(e) for s, e in eval_sets.items()})
+
+
+def _write_seed(task: TaskSpec, *, seed: int, preds: dict[str, list], eval_sets, test_sets,
+                out_dir: Path, stats) -> SeedResult:
+    dev_rows = []
+    for split, examples in eval_sets.items():
+        dev_rows += glue_rows(split, [e.guid for e in examples], preds[split],
+                              [e.label for e in examples])
+    path = write_predictions(prediction_path(out_dir, task.name, seed), dev_rows)
+    test_rel = None
+    if test_sets:
+        test_rows = [{"split": split, "id": e.guid, "prediction": _test_label(task, split, p)}
+                     for split, examples in test_sets.items()
+                     for e, p in zip(examples, preds[split])]
+        test_path = write_predictions(path.with_name(f"seed{seed}.test.jsonl"), test_rows)
+        test_rel = str(test_path.relative_to(out_dir))
+    return SeedResult(seed=seed, metrics=recompute_metrics(task.name, path),
+                      predictions=str(path.relative_to(out_dir)), test_predictions=test_rel,
+                      train_loss=stats.losses, steps=stats.steps, seconds=round(stats.seconds, 3))

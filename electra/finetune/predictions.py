@@ -1,0 +1,100 @@
+"""Prediction files: one JSONL file per task and seed, from which every score recomputes.
+
+Layout inside an evaluation directory: ``predictions/<task>/seed<N>.jsonl``. Each line is one
+evaluated example:
+
+* GLUE: ``{"split", "id", "prediction", "label"}`` — the class name (or STS-B score) predicted
+  and the gold label, so ``recompute_metrics`` needs nothing but the file.
+* SQuAD: ``{"split", "id", "prediction", "best_text", "na_prob", "answers"}`` — the submitted
+  answer (``""`` when the no-answer probability exceeds the threshold), the best non-empty span,
+  the no-answer probability and the gold texts (empty for unanswerable questions).
+
+Files are written atomically (temp file + rename): a crashed run never leaves a half file that a
+later scan would mistake for a finished one.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Iterable
+
+from pipelines.schema import atomic_write_bytes
+
+from . import metrics as glue_metrics
+from .squad_metrics import squad_evaluate
+
+PREDICTIONS_DIR = "predictions"
+
+
+def prediction_path(eval_dir: str | Path, task: str, seed: int) -> Path:
+    return Path(eval_dir) / PREDICTIONS_DIR / task / f"seed{seed}.jsonl"
+
+
+def write_predictions(path: str | Path, rows: Iterable[dict[str, Any]]) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = "".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n" for r in rows)
+    atomic_write_bytes(path, text.encode("utf-8"))
+    return path
+
+
+def read_predictions(path: str | Path) -> list[dict[str, Any]]:
+    path = Path(path)
+    rows = []
+    with path.open(encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path}:{lineno}: not a JSON line ({exc})") from exc
+    return rows
+
+
+def glue_rows(split: str, guids: list[str], preds: list, labels: list) -> list[dict[str, Any]]:
+    return [{"split": split, "id": g, "prediction": p, "label": y}
+            for g, p, y in zip(guids, preds, labels)]
+
+
+def _as_metric_values(task: str, values: list) -> list:
+    # Scores as floats; binary labels "0"/"1" as ints (F1's positive class is 1); other class
+    # names stay strings. Every value of a column gets the same type: numpy would otherwise
+    # compare an int array with a string array element-wise as all-False.
+    if task == "STS-B":
+        return [float(v) for v in values]
+    if task in ("MRPC", "QQP"):
+        return [int(v) for v in values]
+    return [str(v) for v in values]
+
+
+def recompute_metrics(task: str, path: str | Path, *,
+                      na_threshold: float = 0.5) -> dict[str, float]:
+    """The task's metric dict in percent (as the paper reports), from a prediction file alone.
+
+    Fine-tuning computes its reported scores through this very function, so a score in
+    ``results.json`` and one recomputed later from the file cannot disagree.
+    """
+    rows = read_predictions(path)
+    if task.startswith("SQuAD"):
+        return squad_metrics_from_rows(rows, v2=task.endswith("2.0"), na_threshold=na_threshold)
+    per_split: dict[str, tuple[list, list]] = {}
+    for r in rows:
+        preds, labels = per_split.setdefault(r["split"], ([], []))
+        preds.append(r["prediction"])
+        labels.append(r["label"])
+    per_split = {s: (_as_metric_values(task, p), _as_metric_values(task, y))
+                 for s, (p, y) in per_split.items()}
+    return {k: 100.0 * v for k, v in glue_metrics.task_metrics(task, per_split).items()}
+
+
+def squad_metrics_from_rows(rows: list[dict[str, Any]], *, v2: bool,
+                            na_threshold: float = 0.5) -> dict[str, float]:
+    """EM/F1 in percent; for 2.0 also the best-threshold scores (threshold as a probability)."""
+    golds = {r["id"]: list(r["answers"]) for r in rows}
+    texts = {r["id"]: r["best_text"] for r in rows}
+    na = {r["id"]: float(r["na_prob"]) for r in rows} if v2 else None
+    scores = squad_evaluate(golds, texts, na_probs=na, na_prob_thresh=na_threshold)
+    out = {"exact": scores.exact, "f1": scores.f1}
+    if v2:
+        out.update(best_exact=scores.best_exact, best_f1=scores.best_f1,
+                   best_f1_thresh=scores.best_f1_thresh)
+    return {k: float(v) for k, v in out.items() if v is not None}

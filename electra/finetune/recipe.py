@@ -1,0 +1,164 @@
+"""The paper's fine-tuning recipe and layer-wise learning-rate decay (LLRD).
+
+``FinetuneRecipe`` holds every knob with the ELECTRA paper's value (reference §5); by model size:
+
+| | Small | Base | Large |
+|---|---|---|---|
+| learning rate | 3e-4 | 1e-4 | 5e-5 |
+| layer-wise decay | 0.8 | 0.8 | 0.9 |
+
+Common: AdamW (eps 1e-6), weight decay 0, 10% linear warm-up multiplied into a linear decay to
+0, batch 32, 3 epochs (RTE, STS-B 10; SQuAD 2), max length 128 (SQuAD 512/128/64), dropout 0.1,
+gradient clipping 1.0 as in the original's optimiser.
+
+Layer-wise decay gives parameter group at depth d the learning rate ``lr × decay^(top - d)``:
+embeddings (and the embedding projection) are depth 0, encoder layer i (0-based) depth i + 1.
+
+* ``"original"`` (default, as the published numbers were produced): the head is depth L + 2 and
+  ``top = L + 2``, so the head gets ``lr`` but the top encoder layer already gets ``lr × decay²``
+  — the off-by-one acknowledged in google-research/electra issues #51 and #64.
+* ``"corrected"``: the head is depth L + 1 and ``top = L + 1``: head ``lr``, top layer
+  ``lr × decay``, embeddings ``lr × decay^(L+1)``.
+
+Unknown keys in a recipe dict are an error (``FinetuneRecipe.from_dict``).
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from torch import nn
+
+SIZE_DEFAULTS = {
+    "small": {"lr": 3e-4, "layerwise_lr_decay": 0.8},
+    "base": {"lr": 1e-4, "layerwise_lr_decay": 0.8},
+    "large": {"lr": 5e-5, "layerwise_lr_decay": 0.9},
+}
+LLRD_VARIANTS = ("original", "corrected")
+
+
+@dataclass
+class FinetuneRecipe:
+    size: str = "base"
+    lr: float = 1e-4
+    layerwise_lr_decay: float = 0.8  # 1.0 disables LLRD
+    llrd_variant: str = "original"
+    weight_decay: float = 0.0
+    adam_eps: float = 1e-6
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.999
+    warmup_fraction: float = 0.1
+    grad_clip: float = 1.0
+    batch_size: int = 32
+    epochs: float | None = None  # None: the task's paper default (3; RTE/STS-B 10; SQuAD 2)
+    max_seq_len: int = 128
+    dropout: float = 0.1
+    num_seeds: int = 10  # reported scores are medians over seeds
+    first_seed: int = 0
+    squad_max_len: int = 512
+    squad_doc_stride: int = 128
+    squad_max_query: int = 64
+    squad_max_answer: int = 30
+    squad_n_best: int = 20
+    squad_epochs: float = 2.0
+    squad_na_threshold: float = 0.5  # na_prob above this answers "" (best threshold reported too)
+    max_train_examples: int | None = None  # cap for smoke runs; None = the whole training set
+    max_eval_examples: int | None = None
+    eval_batch_size: int = 128
+    precision: str = "fp32"  # "fp32" | "bf16" (autocast; a large speed-up on AMX CPUs)
+    device: str = "auto"  # "auto" | "cpu" | "cuda"
+    # CPU threads for torch (None: torch's default). Tiny models on a shared machine run far
+    # faster on 1 thread: OpenMP workers spin-wait for cores that other processes hold.
+    num_threads: int | None = None
+    deepspeed: bool = False  # wrap the model in a single-process DeepSpeed engine
+
+    def validate(self) -> FinetuneRecipe:
+        def check(ok: bool, msg: str) -> None:
+            if not ok:
+                raise ValueError(f"finetune recipe: {msg}")
+        check(self.size in SIZE_DEFAULTS, f"size {self.size!r} not in {list(SIZE_DEFAULTS)}")
+        check(self.llrd_variant in LLRD_VARIANTS,
+              f"llrd_variant {self.llrd_variant!r} not in {LLRD_VARIANTS}")
+        check(self.lr > 0 and 0 < self.layerwise_lr_decay <= 1, "lr > 0, decay in (0, 1]")
+        check(0 <= self.warmup_fraction < 1, "warmup_fraction in [0, 1)")
+        check(self.batch_size > 0 and self.num_seeds > 0, "batch_size and num_seeds > 0")
+        check(self.epochs is None or self.epochs > 0, "epochs > 0")
+        check(self.precision in ("fp32", "bf16"), f"precision {self.precision!r}: fp32 or bf16")
+        check(self.device in ("auto", "cpu", "cuda"), f"device {self.device!r}: auto/cpu/cuda")
+        check(self.num_threads is None or self.num_threads > 0, "num_threads > 0 or None")
+        return self
+
+    @property
+    def seeds(self) -> list[int]:
+        return list(range(self.first_seed, self.first_seed + self.num_seeds))
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> FinetuneRecipe:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"finetune recipe: unknown keys {unknown}; known: {sorted(known)}")
+        return cls(**d).validate()
+
+
+def recipe_for_size(size: str, **overrides: Any) -> FinetuneRecipe:
+    """The paper's recipe for ``small``/``base``/``large``, with explicit overrides on top."""
+    if size not in SIZE_DEFAULTS:
+        raise ValueError(f"unknown model size {size!r}; known: {list(SIZE_DEFAULTS)}")
+    return FinetuneRecipe.from_dict({"size": size, **SIZE_DEFAULTS[size], **overrides})
+
+
+def infer_size(hidden_size: int) -> str:
+    """Paper size closest to a model's width (Small 256, Base 768, Large 1024)."""
+    if hidden_size <= 256:
+        return "small"
+    return "base" if hidden_size <= 768 else "large"
+
+
+class LayerRates(NamedTuple):
+    embeddings: float
+    layers: list[float]  # index i = encoder layer i
+    head: float
+
+
+def layer_rates(lr: float, decay: float, num_layers: int, *,
+                variant: str = "original") -> LayerRates:
+    """Learning rate per depth (see the module docstring for both variants)."""
+    if variant not in LLRD_VARIANTS:
+        raise ValueError(f"llrd variant {variant!r} not in {LLRD_VARIANTS}")
+    top = num_layers + 2 if variant == "original" else num_layers + 1
+    rate = lambda depth: lr * decay ** (top - depth)  # noqa: E731
+    return LayerRates(embeddings=rate(0), layers=[rate(i + 1) for i in range(num_layers)],
+                      head=rate(top))
+
+
+def param_groups(model: nn.Module, recipe: FinetuneRecipe) -> list[dict[str, Any]]:
+    """AdamW parameter groups of a ``FinetuneModel`` with LLRD learning rates.
+
+    Every trainable parameter must belong to the embeddings, the embedding projection, an
+    encoder layer or the head; anything else is an error rather than a silently wrong rate.
+    """
+    encoder, head = model.encoder, model.head
+    rates = layer_rates(recipe.lr, recipe.layerwise_lr_decay, len(encoder.layers),
+                        variant=recipe.llrd_variant)
+    groups: list[tuple[str, float, list]] = [("embeddings", rates.embeddings, [])]
+    seen: set[int] = set()
+
+    def take(module: nn.Module | None) -> list:
+        params = [p for p in module.parameters() if p.requires_grad] if module is not None else []
+        seen.update(id(p) for p in params)
+        return params
+
+    groups[0][2].extend(take(encoder.embeddings) + take(getattr(encoder, "embeddings_project", None)))
+    for i, layer in enumerate(encoder.layers):
+        groups.append((f"layer_{i}", rates.layers[i], take(layer)))
+    groups.append(("head", rates.head, take(head)))
+    stray = [n for n, p in model.named_parameters() if p.requires_grad and id(p) not in seen]
+    if stray:
+        raise ValueError(f"parameters outside embeddings/layers/head, no LLRD depth: {stray}")
+    return [{"name": name, "params": params, "lr": lr, "initial_lr": lr,
+             "weight_decay": recipe.weight_decay} for name, lr, params in groups if params]

@@ -1,0 +1,111 @@
+"""What to fine-tune: resolve a checkpoint path to an HF discriminator folder.
+
+Accepted inputs (checked in this order):
+
+1. a discriminator folder (``config.json`` + ``model.safetensors`` + ``tokenizer.json``);
+2. an HF export folder (``discriminator/`` inside, as ``export_hf`` writes it);
+3. a checkpoint step dir ``RUN/checkpoints/step_NNNNNNNN`` (has ``meta.json``): its own
+   ``hf/discriminator`` if the trainer exported it, else an export made now with
+   ``electra.checkpoint.export_checkpoint(step_dir, out_dir)`` when the trainer package has it,
+   else — for the run's newest checkpoint only — the run's final export ``RUN/hf``;
+4. a run dir (``checkpoints/`` inside): its newest complete checkpoint, as in 3; a run with no
+   checkpoints but an ``hf/`` export uses that.
+
+A step that cannot be turned into a model raises ``CheckpointError`` naming what was looked for;
+never does an older checkpoint's score get attached silently to another model.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+CHECKPOINTS = "checkpoints"
+HF = "hf"
+DISC = "discriminator"
+
+
+class CheckpointError(ValueError):
+    pass
+
+
+@dataclass
+class ResolvedCheckpoint:
+    checkpoint: str  # what the user named (absolute)
+    model_dir: Path  # the discriminator folder to load
+    source: str  # "hf-folder" | "step-export" | "exported-now" | "run-hf"
+    step: int | None = None
+    run_dir: Path | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+def _is_model_dir(p: Path) -> bool:
+    return (p / "config.json").is_file() and (p / "model.safetensors").is_file()
+
+
+def step_dirs(run_dir: Path) -> list[Path]:
+    """Complete checkpoint step dirs of a run (``meta.json`` present), oldest first."""
+    root = run_dir / CHECKPOINTS
+    return sorted(d for d in root.glob("step_*") if d.is_dir() and (d / "meta.json").is_file())
+
+
+def _read_meta(step_dir: Path) -> dict[str, Any]:
+    path = step_dir / "meta.json"
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise CheckpointError(f"{path}: unreadable checkpoint meta ({exc})") from exc
+
+
+def resolve_checkpoint(path: str | Path, *, export_dir: str | Path) -> ResolvedCheckpoint:
+    """Find (or make, under ``export_dir``) the discriminator folder for ``path``."""
+    path = Path(path).resolve()
+    if _is_model_dir(path):
+        return ResolvedCheckpoint(str(path), path, "hf-folder")
+    if _is_model_dir(path / DISC):
+        return ResolvedCheckpoint(str(path), path / DISC, "hf-folder")
+    if (path / "meta.json").is_file():
+        return _resolve_step(path, Path(export_dir))
+    if (path / CHECKPOINTS).is_dir() or (path / HF).is_dir():
+        steps = step_dirs(path)
+        if steps:
+            resolved = _resolve_step(steps[-1], Path(export_dir))
+            resolved.checkpoint = str(path)
+            return resolved
+        if _is_model_dir(path / HF / DISC):
+            return ResolvedCheckpoint(str(path), path / HF / DISC, "run-hf", run_dir=path)
+    raise CheckpointError(
+        f"{path}: not a checkpoint; expected a discriminator folder (config.json + "
+        f"model.safetensors), an HF export (discriminator/), a step dir (meta.json) or a run "
+        f"dir (checkpoints/step_*/ or hf/discriminator/)")
+
+
+def _resolve_step(step_dir: Path, export_dir: Path) -> ResolvedCheckpoint:
+    meta = _read_meta(step_dir)
+    step = int(meta.get("step", step_dir.name.rsplit("_", 1)[-1]))
+    run_dir = step_dir.parent.parent if step_dir.parent.name == CHECKPOINTS else None
+    common = dict(checkpoint=str(step_dir), step=step, run_dir=run_dir, meta=meta)
+    if _is_model_dir(step_dir / HF / DISC):
+        return ResolvedCheckpoint(model_dir=step_dir / HF / DISC, source="step-export", **common)
+    exporter = _exporter()
+    if exporter is not None:
+        out = export_dir / step_dir.name
+        if not _is_model_dir(out / DISC):
+            exporter(step_dir, out)
+        return ResolvedCheckpoint(model_dir=out / DISC, source="exported-now", **common)
+    if run_dir is not None and _is_model_dir(run_dir / HF / DISC) and \
+            step_dirs(run_dir)[-1:] == [step_dir]:
+        return ResolvedCheckpoint(model_dir=run_dir / HF / DISC, source="run-hf", **common)
+    raise CheckpointError(
+        f"{step_dir}: no HF export ({step_dir / HF / DISC} missing), "
+        f"electra.checkpoint.export_checkpoint unavailable, and it is not the run's newest "
+        f"checkpoint (whose export RUN/hf/ could stand in)")
+
+
+def _exporter():
+    try:
+        from electra import checkpoint
+    except ImportError:
+        return None
+    return getattr(checkpoint, "export_checkpoint", None)

@@ -1,0 +1,222 @@
+"""SQuAD 1.1 / 2.0: JSON reader, doc-stride featurisation, n-best answer extraction.
+
+Featurisation follows the original BERT/ELECTRA recipe: the question is cut to ``max_query``
+(64) tokens; the context is tokenised once with character offsets (so any answer maps back to an
+exact span of the ORIGINAL context, whatever the normaliser did) and cut into windows of
+``max_len - len(question) - 3`` tokens whose starts advance by ``doc_stride`` (128) tokens. Each
+window is one feature ``[CLS] question [SEP] window [SEP]``. A training feature whose window does
+not contain the whole answer (or whose question is unanswerable) points at [CLS] (position 0).
+
+A token occurs in several windows; only the window where it has the most context on both sides
+(``min(left, right) + 0.01 * length``, as in the original) may start an answer, so each answer is
+judged where the model saw it best. Post-processing takes the ``n_best`` (20) start and end
+logits per feature, keeps spans inside the context with ``end >= start`` and at most
+``max_answer_len`` (30) tokens, and returns the best-scoring text per question plus, for 2.0,
+the no-answer probability from the answerability head (the most confident window decides).
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+
+class SquadDataError(ValueError):
+    """Bad SQuAD input; the message names the file and the question id."""
+
+
+@dataclass(frozen=True)
+class SquadExample:
+    qid: str
+    question: str
+    context: str
+    answers: tuple[str, ...]  # gold texts (empty for unanswerable)
+    answer_start: int | None  # character offset of the first answer (training target)
+    is_impossible: bool = False
+
+
+@dataclass
+class SquadFeatures:
+    """Parallel lists, one entry per window."""
+
+    input_ids: list[list[int]] = field(default_factory=list)
+    segment_ids: list[list[int]] = field(default_factory=list)
+    example_index: list[int] = field(default_factory=list)
+    offsets: list[list[tuple[int, int] | None]] = field(default_factory=list)  # None: not context
+    max_context: list[list[bool]] = field(default_factory=list)
+    start_positions: list[int] = field(default_factory=list)
+    end_positions: list[int] = field(default_factory=list)
+    is_impossible: list[int] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.input_ids)
+
+
+def read_squad(path: str | Path, *, version: str) -> list[SquadExample]:
+    """Read an official SQuAD JSON file; answers are checked against the context."""
+    path = Path(path)
+    if version not in ("1.1", "2.0"):
+        raise SquadDataError(f"unknown SQuAD version {version!r}; expected 1.1 or 2.0")
+    if not path.is_file():
+        raise SquadDataError(f"{path}: file missing; expected the official SQuAD v{version} JSON "
+                             f"(train-v{version}.json / dev-v{version}.json)")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))["data"]
+    except (json.JSONDecodeError, KeyError, UnicodeDecodeError) as exc:
+        raise SquadDataError(f"{path}: not a SQuAD JSON file ({exc!r})") from exc
+    examples = []
+    for article in data:
+        for paragraph in article.get("paragraphs", []):
+            context = paragraph["context"]
+            for qa in paragraph["qas"]:
+                examples.append(_make_example(qa, context, version=version, where=str(path)))
+    return examples
+
+
+def _make_example(qa: dict, context: str, *, version: str, where: str) -> SquadExample:
+    qid = qa.get("id", "?")
+    try:
+        impossible = bool(qa.get("is_impossible", False))
+        if impossible and version == "1.1":
+            raise SquadDataError(f"{where}: question {qid} is_impossible in a v1.1 file")
+        answers = [] if impossible else qa["answers"]
+        if not impossible and not answers:
+            raise SquadDataError(f"{where}: question {qid} has no answers and is not "
+                                 "marked is_impossible")
+        start = None
+        if answers:
+            start = int(answers[0]["answer_start"])
+            text = answers[0]["text"]
+            if context[start:start + len(text)] != text:
+                raise SquadDataError(f"{where}: question {qid}: answer {text!r} not found at "
+                                     f"answer_start {start} of its context")
+        return SquadExample(qid=qid, question=qa["question"], context=context,
+                            answers=tuple(a["text"] for a in answers), answer_start=start,
+                            is_impossible=impossible)
+    except (KeyError, TypeError, ValueError) as exc:
+        if isinstance(exc, SquadDataError):
+            raise
+        raise SquadDataError(f"{where}: question {qid} malformed ({exc!r})") from exc
+
+
+def _special(tokenizer, token: str) -> int:
+    idx = tokenizer.token_to_id(token)
+    if idx is None:
+        raise ValueError(f"tokenizer has no {token} token")
+    return idx
+
+
+def featurize(examples: list[SquadExample], tokenizer, *, max_len: int = 512,
+              doc_stride: int = 128, max_query: int = 64) -> SquadFeatures:
+    """Doc-stride windows for every example (``tokenizer``: a ``tokenizers.Tokenizer``)."""
+    cls_id, sep_id = _special(tokenizer, "[CLS]"), _special(tokenizer, "[SEP]")
+    tokenizer.no_truncation()
+    tokenizer.no_padding()
+    questions = tokenizer.encode_batch([e.question for e in examples], add_special_tokens=False)
+    contexts = tokenizer.encode_batch([e.context for e in examples], add_special_tokens=False)
+    feats = SquadFeatures()
+    for i, (ex, q, c) in enumerate(zip(examples, questions, contexts)):
+        q_ids = q.ids[:max_query]
+        window = max_len - len(q_ids) - 3
+        if window <= 0:
+            raise ValueError(f"max_len {max_len} leaves no room for the context")
+        tok_start, tok_end = _answer_tokens(ex, c.offsets)
+        starts = _window_starts(len(c.ids), window, doc_stride)
+        for w0 in starts:
+            w1 = min(w0 + window, len(c.ids))
+            prefix = [cls_id, *q_ids, sep_id]
+            feats.input_ids.append(prefix + c.ids[w0:w1] + [sep_id])
+            feats.segment_ids.append([0] * len(prefix) + [1] * (w1 - w0 + 1))
+            feats.example_index.append(i)
+            feats.offsets.append([None] * len(prefix) + list(c.offsets[w0:w1]) + [None])
+            feats.max_context.append([False] * len(prefix)
+                                     + [_is_max_context(starts, window, len(c.ids), w0, t)
+                                        for t in range(w0, w1)] + [False])
+            inside = tok_start is not None and w0 <= tok_start and tok_end < w1
+            feats.start_positions.append(tok_start - w0 + len(prefix) if inside else 0)
+            feats.end_positions.append(tok_end - w0 + len(prefix) if inside else 0)
+            feats.is_impossible.append(0 if inside else 1)
+    return feats
+
+
+def _window_starts(n_tokens: int, window: int, stride: int) -> list[int]:
+    starts, s = [0], 0
+    while s + window < n_tokens:
+        s += min(window, stride)
+        starts.append(s)
+    return starts
+
+
+def _is_max_context(starts: list[int], window: int, n_tokens: int, w0: int, t: int) -> bool:
+    best, best_score = None, -1.0
+    for s in starts:
+        e = min(s + window, n_tokens)
+        if s <= t < e:
+            score = min(t - s, e - 1 - t) + 0.01 * (e - s)
+            if score > best_score:
+                best, best_score = s, score
+    return best == w0
+
+
+def _answer_tokens(ex: SquadExample, offsets) -> tuple[int | None, int | None]:
+    """First and last context token overlapping the first gold answer's characters."""
+    if ex.is_impossible or ex.answer_start is None:
+        return None, None
+    c0, c1 = ex.answer_start, ex.answer_start + len(ex.answers[0])
+    toks = [t for t, (a, b) in enumerate(offsets) if a < c1 and b > c0]
+    if not toks:
+        return None, None  # answer is only whitespace/untokenised characters
+    return toks[0], toks[-1]
+
+
+@dataclass
+class SquadPrediction:
+    text: str  # best non-null answer
+    score: float
+    na_prob: float  # 0 for SQuAD 1.1
+
+
+def postprocess(examples: list[SquadExample], feats: SquadFeatures, start_logits: np.ndarray,
+                end_logits: np.ndarray, *, na_logits: np.ndarray | None = None,
+                n_best: int = 20, max_answer_len: int = 30) -> dict[str, SquadPrediction]:
+    """Best answer per question from per-feature logits (padded arrays [F, T] are fine)."""
+    best: dict[int, SquadPrediction] = {}
+    min_na: dict[int, float] = {}
+    for f in range(len(feats)):
+        i = feats.example_index[f]
+        n = len(feats.input_ids[f])
+        s_log, e_log = start_logits[f][:n], end_logits[f][:n]
+        if na_logits is not None:
+            min_na[i] = min(min_na.get(i, math.inf), float(na_logits[f]))
+        cand = _best_span(feats, f, s_log, e_log, n_best=n_best, max_answer_len=max_answer_len)
+        if cand is not None and (i not in best or cand[0] > best[i].score):
+            a, b = feats.offsets[f][cand[1]][0], feats.offsets[f][cand[2]][1]
+            best[i] = SquadPrediction(text=examples[i].context[a:b], score=cand[0], na_prob=0.0)
+    out = {}
+    for i, ex in enumerate(examples):
+        pred = best.get(i, SquadPrediction(text="", score=-math.inf, na_prob=0.0))
+        if i in min_na:
+            pred.na_prob = 1.0 / (1.0 + math.exp(-min_na[i]))
+        out[ex.qid] = pred
+    return out
+
+
+def _best_span(feats: SquadFeatures, f: int, s_log: np.ndarray, e_log: np.ndarray, *,
+               n_best: int, max_answer_len: int) -> tuple[float, int, int] | None:
+    offsets, max_ctx = feats.offsets[f], feats.max_context[f]
+    top_s = np.argsort(-s_log)[:n_best]
+    top_e = np.argsort(-e_log)[:n_best]
+    best = None
+    for s in top_s:
+        if offsets[s] is None or not max_ctx[s]:
+            continue
+        for e in top_e:
+            if offsets[e] is None or e < s or e - s + 1 > max_answer_len:
+                continue
+            score = float(s_log[s] + e_log[e])
+            if best is None or score > best[0]:
+                best = (score, int(s), int(e))
+    return best

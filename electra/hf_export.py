@@ -1,0 +1,226 @@
+"""Hugging Face ``transformers`` format: export, import back, and load the encoder for fine-tuning.
+
+Layout written by ``export_hf(model, cfg, out_dir)``::
+
+    out_dir/discriminator/{config.json, model.safetensors, tokenizer files}   ElectraForPreTraining
+    out_dir/generator/{config.json, model.safetensors, tokenizer files}       ElectraForMaskedLM
+
+All names go through ONE explicit key map (``encoder_to_hf`` / ``encoder_from_hf`` plus the two
+head tables). The only non-renaming entry is the fused ``qkv`` Linear, split into HF's
+``query``/``key``/``value`` (and concatenated back). The shared embedding block lives once in
+memory but is written into BOTH checkpoints; ``generator_lm_head.weight`` is not written because
+HF ties it to the word embeddings on load (as ``save_pretrained`` does). Tensors are written as
+float32 safetensors (never pickles) with ``{"format": "pt"}`` metadata, which
+``from_pretrained`` expects. The whole ``out_dir`` is built in a temporary sibling folder and
+renamed into place, so a reader never sees half an export.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from electra.config import ModelConfig
+from electra.model import ElectraEmbeddings, ElectraEncoder, ElectraForPretraining, build_encoder
+
+TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json")
+
+_LAYER = {  # ours (inside layers.{i}) -> HF (inside electra.encoder.layer.{i})
+    "attn_out": "attention.output.dense",
+    "attn_norm": "attention.output.LayerNorm",
+    "ffn_in": "intermediate.dense",
+    "ffn_out": "output.dense",
+    "ffn_norm": "output.LayerNorm",
+}
+_QKV = ("query", "key", "value")
+_DISC_HEAD = {  # ours (inside discriminator_head) -> HF
+    "dense.weight": "discriminator_predictions.dense.weight",
+    "dense.bias": "discriminator_predictions.dense.bias",
+    "dense_prediction.weight": "discriminator_predictions.dense_prediction.weight",
+    "dense_prediction.bias": "discriminator_predictions.dense_prediction.bias",
+}
+_GEN_HEAD = {  # ours (inside generator_head) -> HF
+    "dense.weight": "generator_predictions.dense.weight",
+    "dense.bias": "generator_predictions.dense.bias",
+    "LayerNorm.weight": "generator_predictions.LayerNorm.weight",
+    "LayerNorm.bias": "generator_predictions.LayerNorm.bias",
+    "bias": "generator_lm_head.bias",
+}
+# HF keys that may be present and carry nothing we need (buffers, tied copies).
+_IGNORED = ("electra.embeddings.position_ids", "generator_lm_head.weight")
+
+
+def encoder_to_hf(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """``ElectraEncoder.state_dict()`` -> HF ``electra.*`` keys."""
+    out = {}
+    for key, t in state.items():
+        top, _, rest = key.partition(".")
+        if top in ("embeddings", "embeddings_project"):
+            out[f"electra.{key}"] = t
+        elif top == "layers":
+            i, name, param = rest.split(".")
+            base = f"electra.encoder.layer.{i}."
+            if name == "qkv":
+                for part, chunk in zip(_QKV, t.chunk(3, dim=0)):
+                    out[f"{base}attention.self.{part}.{param}"] = chunk
+            else:
+                out[f"{base}{_LAYER[name]}.{param}"] = t
+        else:
+            raise KeyError(f"no HF name for encoder parameter {key!r}")
+    return out
+
+
+def encoder_from_hf(hf: dict[str, torch.Tensor], num_layers: int) -> dict[str, torch.Tensor]:
+    """HF ``electra.*`` keys -> ``ElectraEncoder.state_dict()`` keys (other keys are ignored)."""
+    out = {k.removeprefix("electra."): v for k, v in hf.items()
+           if k.startswith(("electra.embeddings.", "electra.embeddings_project.")) and k not in _IGNORED}
+    for i in range(num_layers):
+        base = f"electra.encoder.layer.{i}."
+        for param in ("weight", "bias"):
+            out[f"layers.{i}.qkv.{param}"] = torch.cat(
+                [_take(hf, f"{base}attention.self.{part}.{param}") for part in _QKV], dim=0)
+            for ours, theirs in _LAYER.items():
+                out[f"layers.{i}.{ours}.{param}"] = _take(hf, f"{base}{theirs}.{param}")
+    return out
+
+
+def _take(hf: dict[str, torch.Tensor], key: str) -> torch.Tensor:
+    if key not in hf:
+        raise KeyError(f"HF checkpoint lacks {key!r}")
+    return hf[key]
+
+
+def hf_config(cfg: ModelConfig, *, generator: bool) -> dict:
+    """``config.json`` for the discriminator (ElectraForPreTraining) or generator (ElectraForMaskedLM)."""
+    hidden, heads, ffn = cfg.generator_sizes() if generator else (cfg.hidden_size, cfg.num_heads,
+                                                                  cfg.intermediate_size)
+    return {
+        "architectures": ["ElectraForMaskedLM" if generator else "ElectraForPreTraining"],
+        "model_type": "electra", "vocab_size": cfg.vocab_size, "embedding_size": cfg.embedding_size,
+        "hidden_size": hidden, "num_hidden_layers": cfg.num_layers, "num_attention_heads": heads,
+        "intermediate_size": ffn, "hidden_act": "gelu", "hidden_dropout_prob": cfg.hidden_dropout,
+        "attention_probs_dropout_prob": cfg.attention_dropout,
+        "max_position_embeddings": cfg.max_position_embeddings, "type_vocab_size": cfg.type_vocab_size,
+        "initializer_range": cfg.initializer_range, "layer_norm_eps": cfg.layer_norm_eps,
+        "pad_token_id": cfg.pad_token_id, "position_embedding_type": "absolute",
+        "tie_word_embeddings": True, "dtype": "float32",
+    }
+
+
+def to_hf(model: ElectraForPretraining) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """(discriminator, generator) state dicts with HF names; the embedding block is in both."""
+    disc = encoder_to_hf(model.discriminator.state_dict())
+    disc.update({_DISC_HEAD[k]: v for k, v in model.discriminator_head.state_dict().items()})
+    gen = encoder_to_hf(model.generator.state_dict())
+    gen.update({_GEN_HEAD[k]: v for k, v in model.generator_head.state_dict().items()})
+    return disc, gen
+
+
+def from_hf(disc: dict[str, torch.Tensor], gen: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[str, torch.Tensor]:
+    """Inverse of ``to_hf``: an ``ElectraForPretraining.state_dict()``."""
+    d_enc, g_enc = encoder_from_hf(disc, cfg.num_layers), encoder_from_hf(gen, cfg.num_layers)
+    for key in (k for k in d_enc if k.startswith("embeddings.")):
+        if g_enc[key].shape != d_enc[key].shape or not torch.equal(g_enc[key].float(), d_enc[key].float()):
+            raise ValueError(f"generator and discriminator disagree on the shared {key}")
+    out = {f"discriminator.{k}": v for k, v in d_enc.items()}
+    out.update({f"generator.{k}": v for k, v in g_enc.items()})
+    out.update({k: v for k, v in d_enc.items() if k.startswith("embeddings.")})
+    out.update({f"discriminator_head.{ours}": _take(disc, theirs) for ours, theirs in _DISC_HEAD.items()})
+    out.update({f"generator_head.{ours}": _take(gen, theirs) for ours, theirs in _GEN_HEAD.items()})
+    return out
+
+
+def export_hf(model: ElectraForPretraining, cfg: ModelConfig, out_dir: str | Path, *,
+              tokenizer_dir: str | Path | None = None) -> Path:
+    """Write ``out_dir/discriminator`` and ``out_dir/generator`` atomically; returns ``out_dir``."""
+    out_dir = Path(out_dir)
+    tok_files = _tokenizer_files(tokenizer_dir)
+    tmp = out_dir.parent / f".{out_dir.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    disc, gen = to_hf(model)
+    for name, state, generator in (("discriminator", disc, False), ("generator", gen, True)):
+        folder = tmp / name
+        folder.mkdir(parents=True)
+        tensors = {k: v.detach().to("cpu", torch.float32).contiguous().clone() for k, v in state.items()}
+        save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
+        (folder / "config.json").write_text(json.dumps(hf_config(cfg, generator=generator), indent=2) + "\n")
+        for f in tok_files:
+            shutil.copyfile(f, folder / f.name)
+    old = out_dir.parent / f".{out_dir.name}.old-{os.getpid()}"
+    if out_dir.exists():
+        os.replace(out_dir, old)
+    os.replace(tmp, out_dir)
+    shutil.rmtree(old, ignore_errors=True)
+    return out_dir
+
+
+def _tokenizer_files(tokenizer_dir: str | Path | None) -> list[Path]:
+    if tokenizer_dir is None:
+        return []
+    files = [Path(tokenizer_dir) / n for n in TOKENIZER_FILES if (Path(tokenizer_dir) / n).is_file()]
+    if not any(f.name == "tokenizer.json" for f in files):
+        raise FileNotFoundError(f"{tokenizer_dir}: no tokenizer.json to export")
+    return files
+
+
+def model_config_from_hf(disc: dict, gen: dict | None = None, *, source: str = "config.json") -> ModelConfig:
+    """ModelConfig from HF config dicts; the generator's width gives ``generator_fraction``."""
+    if disc.get("hidden_act", "gelu") != "gelu" or disc.get("position_embedding_type", "absolute") != "absolute":
+        raise ValueError(f"{source}: only hidden_act 'gelu' and absolute positions are supported")
+    cfg = ModelConfig(
+        vocab_size=disc["vocab_size"], embedding_size=disc["embedding_size"], hidden_size=disc["hidden_size"],
+        num_layers=disc["num_hidden_layers"], num_heads=disc["num_attention_heads"],
+        intermediate_size=disc["intermediate_size"], max_position_embeddings=disc["max_position_embeddings"],
+        type_vocab_size=disc["type_vocab_size"], hidden_dropout=disc["hidden_dropout_prob"],
+        attention_dropout=disc["attention_probs_dropout_prob"], layer_norm_eps=disc["layer_norm_eps"],
+        initializer_range=disc.get("initializer_range", 0.02), pad_token_id=disc.get("pad_token_id") or 0)
+    if gen is not None:
+        cfg.generator_fraction = gen["hidden_size"] / disc["hidden_size"]
+        got = (gen["hidden_size"], gen["num_attention_heads"], gen["intermediate_size"])
+        if tuple(cfg.generator_sizes()) != got or gen["num_hidden_layers"] != cfg.num_layers:
+            raise ValueError(f"{source}: generator sizes {got} (layers {gen['num_hidden_layers']}) are not "
+                             f"derivable from the discriminator's: expected {tuple(cfg.generator_sizes())}")
+    cfg.validate()
+    return cfg
+
+
+def _read(folder: Path) -> tuple[dict, dict[str, torch.Tensor]]:
+    for name in ("config.json", "model.safetensors"):
+        if not (folder / name).is_file():
+            raise FileNotFoundError(f"{folder / name}: missing (expected an HF ELECTRA folder)")
+    try:
+        config = json.loads((folder / "config.json").read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{folder / 'config.json'}:{e.lineno}: invalid JSON: {e.msg}") from e
+    return config, load_file(str(folder / "model.safetensors"))
+
+
+def import_hf(hf_dir: str | Path) -> tuple[ElectraForPretraining, ModelConfig]:
+    """Rebuild the pre-training model from an ``export_hf`` folder pair (to continue pre-training)."""
+    hf_dir = Path(hf_dir)
+    d_cfg, d_state = _read(hf_dir / "discriminator")
+    g_cfg, g_state = _read(hf_dir / "generator")
+    cfg = model_config_from_hf(d_cfg, g_cfg, source=str(hf_dir / "generator" / "config.json"))
+    model = ElectraForPretraining(cfg)
+    model.load_state_dict(from_hf(d_state, g_state, cfg), strict=True)
+    return model, cfg
+
+
+def load_discriminator_encoder(path: str | Path) -> tuple[ElectraEncoder, ModelConfig]:
+    """The discriminator ``ElectraEncoder`` from ``path`` (a ``discriminator`` folder or its parent).
+
+    Also reads HF ElectraModel folders, whose keys have no ``electra.`` prefix.
+    """
+    path = Path(path)
+    folder = path / "discriminator" if (path / "discriminator").is_dir() else path
+    config, state = _read(folder)
+    if not any(k.startswith("electra.") for k in state):
+        state = {f"electra.{k}": v for k, v in state.items()}
+    cfg = model_config_from_hf(config, source=str(folder / "config.json"))
+    encoder = build_encoder(cfg, ElectraEmbeddings.from_config(cfg))
+    encoder.load_state_dict(encoder_from_hf(state, cfg.num_layers), strict=True)
+    return encoder, cfg

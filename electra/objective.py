@@ -1,0 +1,191 @@
+"""Replaced token detection (ELECTRA) and the MLM baseline, as one ``nn.Module`` the trainer wraps.
+
+One step, exactly as docs/electra-reference.md §2 (and google-research/electra pretrain_helpers):
+
+1. Positions: candidates are non-pad tokens other than [CLS], [SEP], [MASK]. Per sequence
+   ``n = max(1, min(max_predictions, round(num_non_pad * mask_prob)))`` (the count includes CLS/SEP;
+   ``round`` is half-to-even like ``tf.round``), never more than the candidates. Choosing is
+   vectorised: every candidate gets a uniform score, the ``n`` largest win (uniform without
+   replacement), via one ``topk`` over the batch.
+2. A chosen position becomes [MASK] with probability ``mask_token_prob`` (0.85), else keeps its
+   token. No random-token replacement.
+3. The generator runs on the masked sequence; its vocabulary logits are computed only at the
+   gathered chosen positions, flattened to [M, V] (no padding rows); loss = mean cross-entropy.
+4. Sampling: Gumbel-max on ``logits / temperature`` in float32 under ``no_grad``, noise
+   ``-log(-log(U + 1e-9) + 1e-9)`` drawn only for the M gathered rows.
+5. The discriminator sees the ORIGINAL sequence with the samples written into all chosen
+   positions; label = sample != original (a correct sample is "real").
+6. Discriminator loss: sigmoid cross-entropy summed over every non-pad token (CLS/SEP included)
+   and divided by their count (token-level, not per sequence).
+7. loss = generator_weight * gen_loss + discriminator_weight * disc_loss (1 and 50). Samples are
+   integers, so no gradient flows from the discriminator loss into the generator network; the
+   shared embedding block receives gradients from both losses, as in the paper.
+
+``kind="mlm"`` is the BERT baseline (dynamic masking as above, no NSP): the discriminator-sized
+encoder is trained as a masked LM through ``mlm_head``, a generator-style head of discriminator
+width tied to the shared word embeddings, owned by this module. The generator network and the
+discriminator head are frozen (``requires_grad=False``) so optimisers and DeepSpeed skip them;
+the exported ``discriminator`` folder is then the BERT encoder to fine-tune.
+
+Randomness comes from torch's global generator of the inputs' device, so a trainer that saves and
+restores RNG state resumes the exact same masks and samples.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from electra.config import ObjectiveConfig
+from electra.model import ElectraForPretraining, GeneratorHead, init_weights
+
+
+@dataclass(frozen=True)
+class SpecialTokens:
+    pad: int = 0
+    unk: int = 1
+    cls: int = 2
+    sep: int = 3
+    mask: int = 4
+
+    @classmethod
+    def from_manifest(cls, special_tokens: dict[str, int]) -> SpecialTokens:
+        """From the manifest's ``{"[PAD]": 0, "[UNK]": 1, ...}`` mapping."""
+        names = {"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"}
+        missing = [tok for tok in names.values() if tok not in special_tokens]
+        if missing:
+            raise ValueError(f"special tokens {missing} missing from {sorted(special_tokens)}")
+        return cls(**{field: int(special_tokens[tok]) for field, tok in names.items()})
+
+
+class ObjectiveOutput(NamedTuple):
+    loss: torch.Tensor            # weighted total, the one to backpropagate
+    gen_loss: torch.Tensor        # mean cross-entropy at the chosen positions
+    disc_loss: torch.Tensor       # token-mean sigmoid cross-entropy (0 for "mlm")
+    gen_acc: torch.Tensor         # argmax accuracy at the chosen positions
+    disc_acc: torch.Tensor        # over all non-pad tokens
+    disc_precision: torch.Tensor  # on the "replaced" class
+    disc_recall: torch.Tensor
+    replaced_frac: torch.Tensor   # share of chosen positions whose sample differs from the original
+    num_tokens: torch.Tensor      # non-pad tokens in the batch
+    num_masked: torch.Tensor      # chosen positions in the batch
+
+
+class Masking(NamedTuple):
+    masked_ids: torch.Tensor  # [B, T] generator input
+    positions: torch.Tensor   # [M] flat indices into B*T of the chosen positions
+    targets: torch.Tensor     # [M] original tokens there
+
+
+def choose_positions(input_ids: torch.Tensor, special: SpecialTokens, *, mask_prob: float,
+                     max_predictions: int) -> torch.Tensor:
+    """Boolean [B, T]: the positions to predict in each sequence (step 1 above)."""
+    non_pad = input_ids != special.pad
+    candidates = non_pad & (input_ids != special.cls) & (input_ids != special.sep) & (input_ids != special.mask)
+    n = torch.round(non_pad.sum(1).float() * mask_prob).long().clamp(1, max_predictions)
+    n = torch.minimum(n, candidates.sum(1))
+    scores = torch.rand(input_ids.shape, device=input_ids.device).masked_fill_(~candidates, -1.0)
+    k = min(max_predictions, input_ids.shape[1])
+    top = scores.topk(k, dim=1).indices  # sorted: rank r < n[b] means chosen
+    keep = torch.arange(k, device=input_ids.device)[None, :] < n[:, None]
+    chosen = torch.zeros_like(candidates)
+    chosen.scatter_(1, top, keep)
+    return chosen
+
+
+def apply_masking(input_ids: torch.Tensor, special: SpecialTokens, cfg: ObjectiveConfig,
+                  max_predictions: int) -> Masking:
+    chosen = choose_positions(input_ids, special, mask_prob=cfg.mask_prob, max_predictions=max_predictions)
+    to_mask = chosen & (torch.rand(input_ids.shape, device=input_ids.device) < cfg.mask_token_prob)
+    masked_ids = input_ids.masked_fill(to_mask, special.mask)
+    positions = chosen.view(-1).nonzero().squeeze(1)
+    return Masking(masked_ids, positions, input_ids.reshape(-1).index_select(0, positions))
+
+
+@torch.no_grad()
+def gumbel_sample(logits: torch.Tensor, *, temperature: float = 1.0,
+                  disallow: torch.Tensor | None = None) -> torch.Tensor:
+    """Gumbel-max sample per row of [M, V] logits, in float32 (step 4 above)."""
+    logits = logits.detach().float() / temperature
+    if disallow is not None:  # the original subtracts 1000 from the true token's logit
+        logits = logits.scatter_add(1, disallow[:, None], torch.full_like(logits[:, :1], -1000.0))
+    u = torch.rand_like(logits)
+    return (logits - torch.log(-torch.log(u + 1e-9) + 1e-9)).argmax(-1)
+
+
+def masked_lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy over the chosen positions; 0 (not NaN) for a batch without any."""
+    return F.cross_entropy(logits, targets, reduction="sum") / max(1, targets.numel())
+
+
+def binary_stats(logits: torch.Tensor, labels: torch.Tensor, weights: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Accuracy, precision and recall of ``logits > 0`` for the positive class, over ``weights``."""
+    pred = (logits > 0) & weights
+    pos = labels & weights
+    tp = (pred & pos).sum().float()
+    acc = ((pred == pos) & weights).sum().float() / weights.sum().clamp(min=1)
+    precision = tp / pred.sum().clamp(min=1)
+    recall = tp / pos.sum().clamp(min=1)
+    return acc, precision, recall
+
+
+class ElectraObjective(nn.Module):
+    """Wraps ``ElectraForPretraining``; ``forward(input_ids, segment_ids) -> ObjectiveOutput``."""
+
+    def __init__(self, model: ElectraForPretraining, cfg: ObjectiveConfig, special: SpecialTokens, seq_len: int):
+        super().__init__()
+        cfg.validate()
+        self.model = model
+        self.cfg = cfg
+        self.special = special
+        self.seq_len = seq_len
+        self.max_predictions = cfg.max_predictions_for(seq_len)
+        self.mlm_head: GeneratorHead | None = None
+        if cfg.kind == "mlm":
+            mc = model.config
+            self.mlm_head = GeneratorHead(hidden_size=mc.hidden_size, embedding_size=mc.embedding_size,
+                                          vocab_size=mc.vocab_size, layer_norm_eps=mc.layer_norm_eps)
+            init_weights(self.mlm_head, mc.initializer_range)
+            for p in [*model.generator.layers.parameters(), *model.generator_head.parameters(),
+                      *model.discriminator_head.parameters()]:
+                p.requires_grad_(False)
+            if model.generator.embeddings_project is not None:
+                model.generator.embeddings_project.requires_grad_(False)
+
+    def forward(self, input_ids: torch.Tensor, segment_ids: torch.Tensor | None = None) -> ObjectiveOutput:
+        input_ids = input_ids.long()
+        non_pad = input_ids != self.special.pad
+        m = apply_masking(input_ids, self.special, self.cfg, self.max_predictions)
+        if self.mlm_head is not None:
+            return self._mlm(m, segment_ids, non_pad)
+        logits = self.model.generator_logits(m.masked_ids, segment_ids, non_pad, m.positions).float()
+        gen_loss = masked_lm_loss(logits, m.targets)
+        disallow = m.targets if self.cfg.disallow_correct else None
+        sampled = gumbel_sample(logits, temperature=self.cfg.temperature, disallow=disallow)
+        disc_ids = input_ids.view(-1).index_copy(0, m.positions, sampled).view_as(input_ids)
+        labels = disc_ids != input_ids
+        disc_logits = self.model.discriminator_logits(disc_ids, segment_ids, non_pad).float()
+        num_tokens = non_pad.sum()
+        per_token = F.binary_cross_entropy_with_logits(disc_logits, labels.float(), reduction="none")
+        disc_loss = per_token.masked_fill(~non_pad, 0.0).sum() / num_tokens.clamp(min=1)
+        loss = self.cfg.generator_weight * gen_loss + self.cfg.discriminator_weight * disc_loss
+        with torch.no_grad():
+            gen_acc = (logits.argmax(-1) == m.targets).float().sum() / max(1, m.targets.numel())
+            acc, precision, recall = binary_stats(disc_logits, labels, non_pad)
+            replaced = (sampled != m.targets).float().sum() / max(1, m.targets.numel())
+        return ObjectiveOutput(loss, gen_loss, disc_loss, gen_acc, acc, precision, recall, replaced,
+                               num_tokens, m.positions.new_tensor(m.positions.numel()))
+
+    def _mlm(self, m: Masking, segment_ids: torch.Tensor | None, non_pad: torch.Tensor) -> ObjectiveOutput:
+        hidden = self.model.discriminator(m.masked_ids, segment_ids, non_pad)
+        hidden = hidden.reshape(-1, hidden.shape[-1]).index_select(0, m.positions)
+        logits = self.mlm_head(hidden, self.model.embeddings.word_embeddings.weight).float()
+        gen_loss = masked_lm_loss(logits, m.targets)
+        zero = gen_loss.new_zeros(())
+        with torch.no_grad():
+            gen_acc = (logits.argmax(-1) == m.targets).float().sum() / max(1, m.targets.numel())
+        return ObjectiveOutput(self.cfg.generator_weight * gen_loss, gen_loss, zero, gen_acc, zero, zero,
+                               zero, zero, non_pad.sum(), m.positions.new_tensor(m.positions.numel()))

@@ -1,0 +1,245 @@
+"""ELECTRA example packing: documents -> ``[CLS] A [SEP] B [SEP]`` examples.
+
+The algorithm is ELECTRA's ``build_pretraining_dataset.py`` (``ExampleBuilder``), per document:
+
+1. The document's non-empty lines are tokenised without special tokens and appended, line by
+   line, to a buffer. When the buffer holds at least ``target`` tokens an example is made; the
+   end of the document flushes whatever is left (a shorter example). Examples never span two
+   documents.
+2. Making an example: with probability ``single_segment_prob`` (0.10) everything goes to segment
+   A; otherwise A targets ``(target - 3) // 2`` tokens. A line goes to A while A is empty or the
+   line keeps A under its target; when it would not, and B is still empty and A is under its
+   target, a coin flip decides; otherwise it goes to B. Then ``A = A[:L-2]`` and
+   ``B = B[:max(0, L - len(A) - 3)]`` with ``L = seq_len`` (the overshoot of the last line is
+   dropped, as in the original).
+3. The target of the next example is ``L``, or with probability ``short_seq_prob`` (0.05)
+   uniform in ``[short_seq_min, L]``. The original carries that draw across document
+   boundaries; here every document draws its first target the same way, so each example's
+   target is an independent draw whatever the document order.
+4. Layout ``[CLS] A [SEP] B [SEP]`` (no second ``[SEP]`` when B is empty); segment ids 0 for
+   CLS, A and the first SEP, 1 for B and its SEP.
+
+One deliberate improvement (``split_long_lines``, on by default; read from the config when the
+field exists): the original appends a line whole, so a line longer than an example (a paragraph
+or a document without line breaks) is cut to ``L-2`` tokens and the rest of it is lost — a
+10,000-token one-line document yields one example. Here a line with more than ``L - 3`` tokens
+is fed in pieces of at most A's target, the last piece cut so the buffer reaches the target
+exactly; such a line then loses only the 2-3 tokens per example that every full example loses
+to its special tokens. Lines that fit an example are handled exactly as in the original.
+
+Determinism: the RNG of a document is seeded from hash(seed, uid), and its split is
+``validation`` iff hash(seed, uid) / 2**64 < ``validation_fraction``; the output depends neither
+on batch boundaries nor on Ray's block order.
+
+Speed: all lines of a Ray batch are tokenised by one ``encode_batch_fast`` call (Rust, all
+threads, no offsets); the packing itself works on Python lists of ids per line (slices and
+``+=``), never per token; the output arrays are built once per example.
+"""
+from __future__ import annotations
+
+import random
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from pipelines import schema
+from pipelines.config import PackConfig
+
+_MASK64 = (1 << 64) - 1
+_GOLDEN = 0x9E3779B97F4A7C15
+_RNG_SALT = 0x5EED_0F_E1EC_7A
+_SPLIT_SALT = 0x5B11_7_0F_DA7A
+
+
+def _splitmix(x: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        x = x + np.uint64(_GOLDEN)
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return x ^ (x >> np.uint64(31))
+
+
+def hash64(seed: int, values: np.ndarray) -> np.ndarray:
+    """A well-mixed 64-bit hash of (seed, value) for an int64 array (splitmix64, vectorised)."""
+    s = _splitmix(np.array([seed & _MASK64], dtype=np.uint64))[0]
+    return _splitmix(np.asarray(values).astype(np.int64).view(np.uint64) ^ s)
+
+
+def is_validation(uids: np.ndarray, cfg: PackConfig) -> np.ndarray:
+    """Boolean mask: documents whose hash(seed, uid) / 2**64 falls below the validation fraction."""
+    h = hash64(cfg.seed ^ _SPLIT_SALT, uids)
+    return (h >> np.uint64(11)).astype(np.float64) * 2.0 ** -53 < cfg.validation_fraction
+
+
+def document_rngs(uids: np.ndarray, cfg: PackConfig) -> list[random.Random]:
+    return [random.Random(int(h)) for h in hash64(cfg.seed ^ _RNG_SALT, uids)]
+
+
+class SpecialIds(NamedTuple):
+    cls: int
+    sep: int
+    pad: int = 0
+
+
+def _next_target(rng: random.Random, cfg: PackConfig) -> int:
+    if rng.random() < cfg.short_seq_prob:
+        return rng.randint(cfg.short_seq_min, cfg.seq_len)
+    return cfg.seq_len
+
+
+def _make_example(sentences: list[list[int]], target: int, rng: random.Random,
+                  cfg: PackConfig, special: SpecialIds) -> tuple[list[int], list[int]]:
+    """ELECTRA's ``_create_example`` on the buffered sentences."""
+    max_len = cfg.seq_len
+    if rng.random() < cfg.single_segment_prob:
+        a_target = 100000
+    else:
+        a_target = (target - 3) // 2
+    first: list[int] = []
+    second: list[int] = []
+    for sentence in sentences:
+        if (not first or len(first) + len(sentence) < a_target
+                or (not second and len(first) < a_target and rng.random() < 0.5)):
+            first += sentence
+        else:
+            second += sentence
+    first = first[:max_len - 2]
+    second = second[:max(0, max_len - len(first) - 3)]
+    ids = [special.cls, *first, special.sep]
+    segs = [0] * len(ids)
+    if second:
+        ids += second
+        ids.append(special.sep)
+        segs += [1] * (len(second) + 1)
+    return ids, segs
+
+
+class _Builder:
+    """The per-document buffer of ELECTRA's ``ExampleBuilder``."""
+
+    def __init__(self, rng: random.Random, cfg: PackConfig, special: SpecialIds):
+        self.rng, self.cfg, self.special = rng, cfg, special
+        self.examples: list[tuple[list[int], list[int]]] = []
+        self.buf: list[list[int]] = []
+        self.buf_len = 0
+        self.target = _next_target(rng, cfg)
+
+    def add(self, sentence: list[int]) -> None:
+        self.buf.append(sentence)
+        self.buf_len += len(sentence)
+        if self.buf_len >= self.target:
+            self.flush()
+
+    def add_in_pieces(self, line: list[int]) -> None:
+        start = 0
+        while start < len(line):
+            take = min(len(line) - start, max(1, (self.target - 3) // 2), self.target - self.buf_len)
+            self.add(line[start:start + take])
+            start += take
+
+    def flush(self) -> None:
+        if self.buf_len > 0:
+            self.examples.append(_make_example(self.buf, self.target, self.rng, self.cfg, self.special))
+            self.target = _next_target(self.rng, self.cfg)
+        self.buf, self.buf_len = [], 0
+
+
+def pack_document(token_lines: list[list[int]], rng: random.Random, cfg: PackConfig,
+                  special: SpecialIds, *, split_long_lines: bool | None = None,
+                  ) -> list[tuple[list[int], list[int]]]:
+    """All examples of one document, as (input_ids, segment_ids) lists, in document order.
+
+    ``split_long_lines`` None means ``cfg.split_long_lines`` when the config has that field,
+    else True (see the module docstring).
+    """
+    split_long = getattr(cfg, "split_long_lines", True) if split_long_lines is None else split_long_lines
+    max_piece = cfg.seq_len - 3
+    builder = _Builder(rng, cfg, special)
+    for line in token_lines:
+        if split_long and len(line) > max_piece:
+            builder.add_in_pieces(line)
+        else:
+            builder.add(line)
+    builder.flush()  # the end of a document ends its last example
+    return builder.examples
+
+
+def document_lines(text: str) -> list[str]:
+    """The non-empty lines of a document (line breaks of any kind; whitespace-only lines dropped)."""
+    return [ln for ln in text.splitlines() if ln.strip()]
+
+
+class PackStats(NamedTuple):
+    documents: int
+    empty_documents: int  # documents that produced no tokens (skipped, counted)
+    examples: int
+    tokens: int
+
+
+class ExamplePacker:
+    """Ray Data callable class: a batch of document rows -> a batch of example rows.
+
+    ``ds.map_batches(ExamplePacker, fn_constructor_args=(tokenizer_json, cfg),
+    batch_format="numpy", concurrency=...)``. Input columns ``uid`` and ``text`` (others are
+    ignored); output ``key``, ``split``, ``input_ids`` (int32), ``segment_ids`` (uint8).
+    ``self.totals`` accumulates :class:`PackStats` over the batches this instance has seen.
+    """
+
+    def __init__(self, tokenizer_json_path: str, cfg: PackConfig):
+        from tokenizers import Tokenizer
+
+        self.cfg = cfg
+        self.tokenizer = Tokenizer.from_file(str(tokenizer_json_path))
+        # Truncation/padding set in a tokenizer.json would silently cut documents.
+        self.tokenizer.no_truncation()
+        self.tokenizer.no_padding()
+        ids = {t: self.tokenizer.token_to_id(t) for t in ("[CLS]", "[SEP]", "[PAD]")}
+        missing = [t for t, i in ids.items() if i is None]
+        if missing:
+            raise ValueError(f"{tokenizer_json_path}: missing special token(s) {missing}")
+        self.special = SpecialIds(cls=ids["[CLS]"], sep=ids["[SEP]"], pad=ids["[PAD]"])
+        self._encode = getattr(self.tokenizer, "encode_batch_fast", self.tokenizer.encode_batch)
+        self.totals = PackStats(0, 0, 0, 0)
+
+    def tokenize(self, texts: Any) -> list[list[list[int]]]:
+        """Token ids per line per document, with one tokenizer call for the whole batch."""
+        doc_lines = [document_lines(str(t)) for t in texts]
+        flat = [ln for lines in doc_lines for ln in lines]
+        encodings = self._encode(flat, add_special_tokens=False) if flat else []
+        out, pos = [], 0
+        for lines in doc_lines:
+            out.append([e.ids for e in encodings[pos:pos + len(lines)]])
+            pos += len(lines)
+        return out
+
+    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        uids = np.asarray(batch["uid"], dtype=np.int64)
+        token_docs = self.tokenize(batch["text"])
+        rngs = document_rngs(uids, self.cfg)
+        valid = is_validation(uids, self.cfg)
+        keys, splits, all_ids, all_segs = [], [], [], []
+        empty = 0
+        for uid, lines, rng, is_val in zip(uids.tolist(), token_docs, rngs, valid.tolist()):
+            examples = pack_document(lines, rng, self.cfg, self.special)
+            if not examples:
+                empty += 1
+                continue
+            split = "validation" if is_val else "train"
+            for n, (ids, segs) in enumerate(examples):
+                keys.append(f"{uid & 0xFFFFFFFFFFFFFFFF:016x}-{n:05d}")
+                splits.append(split)
+                all_ids.append(np.array(ids, dtype=schema.ID_DTYPE))
+                all_segs.append(np.array(segs, dtype=schema.SEGMENT_DTYPE))
+        t = self.totals
+        self.totals = PackStats(t.documents + len(uids), t.empty_documents + empty,
+                                t.examples + len(keys), t.tokens + sum(len(x) for x in all_ids))
+        return {"key": np.array(keys, dtype=object), "split": np.array(splits, dtype=object),
+                "input_ids": _object_array(all_ids), "segment_ids": _object_array(all_segs)}
+
+
+def _object_array(arrays: list[np.ndarray]) -> np.ndarray:
+    # np.array(list_of_arrays) would build a 2-D array when all lengths happen to be equal.
+    out = np.empty(len(arrays), dtype=object)
+    for i, a in enumerate(arrays):
+        out[i] = a
+    return out

@@ -1,0 +1,252 @@
+"""Streaming byte input for ingestion: decompression by file extension and a bounded line splitter.
+
+Raw corpora arrive as multi-GB files, often compressed, sometimes damaged. Two rules shape this
+module:
+
+* **Never hold more than a bounded amount of one file in memory.** Input is read in fixed chunks
+  (``CHUNK``) and split on ``b"\\n"``. A line longer than ``max_line`` is not accumulated: the
+  splitter keeps a short prefix (for the quarantine record), counts the rest while discarding it,
+  and reports the line as oversize with its true length and offset.
+* **Damage is data, not a crash.** A truncated or corrupt gzip/bz2/zstd stream raises one of
+  ``CORRUPT_ERRORS`` out of ``read``; the splitter's ``consumed``/``tail`` attributes then say how
+  far the good bytes went, so the caller keeps every complete line before the damage and
+  quarantines the rest with its offset. A failure to read the file itself (disk, network) is
+  not damage: it surfaces as ``StorageError`` and fails the read, so the caller can retry.
+
+Offsets are positions in the *decompressed* stream, which is what document ids are made of.
+
+``zstandard``'s ``stream_reader`` silently stops at a truncated frame, so zstd goes through a
+small ``decompressobj`` loop (``ZstdStream``) that notices a frame left open at end of input. A
+pathological zstd "bomb" can still expand one 64 KB input chunk a lot; that memory is transient.
+"""
+from __future__ import annotations
+
+import bz2
+import gzip
+import zlib
+from typing import BinaryIO, Iterator, NamedTuple
+
+import zstandard
+
+CHUNK = 1 << 20
+# Bytes of a rejected document or line kept for the quarantine record.
+QUARANTINE_BYTES = 10 * 1024
+COMPRESSION_SUFFIXES = {".gz": "gzip", ".gzip": "gzip", ".bz2": "bz2", ".zst": "zstd", ".zstd": "zstd"}
+# What a damaged compressed stream raises (gzip.BadGzipFile is an OSError; bz2 raises OSError
+# or EOFError; truncation is EOFError).
+CORRUPT_ERRORS = (OSError, EOFError, zlib.error, zstandard.ZstdError)
+
+
+def compression_of(path: str) -> tuple[str | None, str]:
+    """``(compression or None, name without the compression suffix)`` from the file name."""
+    name = path.rsplit("/", 1)[-1]
+    lower = name.lower()
+    for suffix, kind in COMPRESSION_SUFFIXES.items():
+        if lower.endswith(suffix):
+            return kind, name[: -len(suffix)]
+    return None, name
+
+
+class ZstdStream:
+    """Decompresses a (multi-frame) zstd stream; raises ``EOFError`` if input ends mid-frame."""
+
+    def __init__(self, raw: BinaryIO, read_size: int = 1 << 16):
+        self._raw = raw
+        self._read_size = read_size
+        self._dctx = zstandard.ZstdDecompressor()
+        self._obj = None
+        self._pending = b""
+        self._out = b""
+
+    def read(self, n: int = -1) -> bytes:
+        while not self._out:
+            data = self._pending or self._raw.read(self._read_size)
+            if not data:
+                if self._obj is not None and not self._obj.eof:
+                    raise EOFError("zstd stream ended in the middle of a frame")
+                return b""
+            if self._obj is None or self._obj.eof:
+                self._obj = self._dctx.decompressobj()
+            self._out = self._obj.decompress(data)
+            self._pending = self._obj.unused_data if self._obj.eof else b""
+        if n is None or n < 0 or n >= len(self._out):
+            out, self._out = self._out, b""
+            return out
+        out, self._out = self._out[:n], self._out[n:]
+        return out
+
+    def close(self) -> None:
+        self._out = b""
+
+
+class StorageError(IOError):
+    """Reading the underlying file failed (disk, network): an I/O failure, not damaged data."""
+
+
+class GuardedRaw:
+    """Wraps the raw file so its own read errors surface as ``StorageError``.
+
+    Decompressors report damage as ``OSError`` too; without this, a network hiccup under a gzip
+    stream would be quarantined as a corrupt file instead of failing (and being retried).
+    """
+
+    def __init__(self, raw: BinaryIO):
+        self._raw = raw
+
+    def read(self, n: int = -1) -> bytes:
+        try:
+            return self._raw.read(n)
+        except OSError as exc:
+            raise StorageError(f"reading {getattr(self._raw, 'path', self._raw)}: {exc}") from exc
+
+    def __getattr__(self, name: str):
+        return getattr(self._raw, name)
+
+
+def decompressed(raw: BinaryIO, compression: str | None):
+    """A readable binary stream of the decompressed content of ``raw``."""
+    if compression is None:
+        return raw
+    raw = GuardedRaw(raw)
+    if compression == "gzip":
+        return gzip.GzipFile(fileobj=raw, mode="rb")
+    if compression == "bz2":
+        return bz2.BZ2File(raw, mode="rb")
+    if compression == "zstd":
+        return ZstdStream(raw)
+    raise ValueError(f"unknown compression {compression!r}")
+
+
+def read_some(stream: BinaryIO, n: int) -> bytes:
+    """Up to ``n`` bytes, b"" at end of stream.
+
+    ``read1`` returns what one underlying read decoded, so the bytes before a corrupt spot in a
+    compressed stream reach the caller before the error does (``read(n)`` would discard them).
+    """
+    read1 = getattr(stream, "read1", None)
+    return read1(n) if read1 is not None else stream.read(n)
+
+
+class Line(NamedTuple):
+    offset: int  # byte offset of the line's first byte in the decompressed stream
+    data: bytes  # the line including its b"\n"; only a prefix when ``oversize``
+    length: int  # true length in bytes (== len(data) unless oversize)
+    oversize: bool
+
+
+class LineReader:
+    """Iterates the lines of a binary stream, never holding a line longer than ``max_line``.
+
+    ``head`` is data the caller already read from the stream (to sniff it). After an exception
+    from the stream, ``consumed`` is the offset of the first byte not yielded as part of a line
+    and ``tail`` a prefix of the buffered bytes from there (the damaged remainder).
+    """
+
+    def __init__(self, stream: BinaryIO, *, max_line: int, head: bytes = b"", chunk: int = CHUNK,
+                 base: int = 0):
+        self._stream = stream
+        self._max_line = max(1, int(max_line))
+        self._head = head
+        self._chunk = chunk
+        self.base = base  # stream offset of the first byte read (a byte range's first line)
+        self.consumed = base
+        self.tail = b""
+        self.position = base  # stream offset just past the last byte read
+
+    @property
+    def bytes_read(self) -> int:
+        return self.position - self.base
+
+    def _chunks(self) -> Iterator[bytes]:
+        if self._head:
+            self.position += len(self._head)
+            yield self._head
+            self._head = b""
+        while block := read_some(self._stream, self._chunk):
+            self.position += len(block)
+            yield block
+
+    def __iter__(self) -> Iterator[Line]:
+        pending: list[bytes] = []  # pieces of the current unfinished line (joined once, at its end)
+        pending_len = 0
+        skip_prefix: bytes | None = None  # set while discarding the rest of an oversize line
+        for block in self._chunks():
+            nl = block.find(b"\n")
+            if nl < 0:
+                if skip_prefix is None:
+                    pending.append(block)
+                    pending_len += len(block)
+                    if pending_len > self._max_line:
+                        skip_prefix = b"".join(pending)[:QUARANTINE_BYTES]
+                        pending, pending_len = [], 0
+                self.tail = (pending[0] if pending else b"")[:QUARANTINE_BYTES]
+                continue
+            if skip_prefix is not None:
+                end = self.position - len(block) + nl + 1
+                yield Line(self.consumed, skip_prefix, end - self.consumed, True)
+                self.consumed, skip_prefix = end, None
+            else:
+                pending.append(block[:nl + 1])
+                yield self._line(b"".join(pending))
+            start = nl + 1
+            while (nl := block.find(b"\n", start)) >= 0:
+                yield self._line(block[start:nl + 1])
+                start = nl + 1
+            pending = [block[start:]] if start < len(block) else []
+            pending_len = len(block) - start
+            self.tail = block[start:start + QUARANTINE_BYTES]
+            if pending_len > self._max_line:
+                skip_prefix, pending, pending_len, self.tail = pending[0][:QUARANTINE_BYTES], [], 0, b""
+        if skip_prefix is not None:
+            yield Line(self.consumed, skip_prefix, self.position - self.consumed, True)
+            self.consumed = self.position
+        elif pending:
+            yield self._line(b"".join(pending))
+        self.tail = b""
+
+    def _line(self, data: bytes) -> Line:
+        offset, n = self.consumed, len(data)
+        self.consumed += n
+        if n > self._max_line:
+            return Line(offset, data[:QUARANTINE_BYTES], n, True)
+        return Line(offset, data, n, False)
+
+
+# ---------------------------------------------------------------------------------------------
+# Byte ranges of an uncompressed file
+# ---------------------------------------------------------------------------------------------
+_WHITESPACE = frozenset(b" \t\r\x0b\x0c")
+
+
+def first_line_start(raw: BinaryIO, start: int, *, block: int = 1 << 16) -> int:
+    """Offset of the first line that begins at or after ``start`` (EOF offset if none)."""
+    if start <= 0:
+        return 0
+    raw.seek(start - 1)
+    pos = start - 1
+    while data := raw.read(block):
+        nl = data.find(b"\n")
+        if nl >= 0:
+            return pos + nl + 1
+        pos += len(data)
+    return pos
+
+
+def previous_line_blank(raw: BinaryIO, line_start: int, *, block: int = 4096) -> bool:
+    """Whether the line ending just before ``line_start`` is blank (whitespace only).
+
+    Scans backwards from ``line_start - 2`` (the byte before that line's ``\n``); it usually
+    stops at the first byte. The start of the file counts as a blank line.
+    """
+    end = line_start - 1  # position of the "\n" that ends the previous line
+    while end > 0:
+        begin = max(0, end - block)
+        raw.seek(begin)
+        data = raw.read(end - begin)
+        for byte in reversed(data):
+            if byte == 0x0A:
+                return True
+            if byte not in _WHITESPACE:
+                return False
+        end = begin
+    return True

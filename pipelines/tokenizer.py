@@ -1,0 +1,324 @@
+"""Tokenizer training (WordPiece or Unigram) on a bounded sample of the deduplicated corpus.
+
+Two kinds, both with the special tokens ``[PAD]=0 [UNK]=1 [CLS]=2 [SEP]=3 [MASK]=4`` and the
+BERT post-processor (``[CLS] $A [SEP]`` / ``[CLS] $A [SEP] $B:1 [SEP]:1``), so fine-tuning code
+can encode sentence pairs with the tokenizer as written:
+
+* ``wordpiece`` — BERT-style: ``BertNormalizer`` (clean text, CJK spacing, lower-casing and accent
+  stripping as two independent switches), ``BertPreTokenizer``, WordPiece with ``##``
+  continuation pieces. What ELECTRA used (vocab 30522, uncased).
+* ``unigram`` — SentencePiece-style: NFKC, whitespace runs collapsed to one space (SentencePiece
+  does the same; it also keeps pieces free of newlines so ``vocab.txt`` stays one piece per
+  line), optional lower-casing / accent stripping, ``Metaspace`` pre-tokenizer. The trainer has
+  no ``min_frequency``; that field only affects WordPiece.
+
+Determinism. ``tokenizers`` 0.23 training is not reproducible out of the box (tokenizers issue
+#1794; threads are not the cause, ``RAYON_NUM_THREADS=1`` does not help):
+
+* WordPiece (trained by the BPE trainer) assigns ids to ``##c`` continuation characters in
+  hash-map order, and those ids break ties between equally frequent merges, so two runs can
+  learn different vocabularies. Fix: every ``##c`` the corpus can produce is registered up front,
+  in sorted order, as a trainer "special token" (special tokens get their ids first and in the
+  given order); afterwards they are removed from the added-token list again and stay ordinary
+  vocabulary entries. The set is a superset (every normalised non-punctuation character), which
+  costs a few vocabulary slots for characters that only ever start a word.
+* Unigram sums floats in hash-map order, so scores differ in the last bits and near-equal pieces
+  can swap ids; and the characters it appends after EM get a score ladder (min + k * 1e-4) in
+  hash-map order. Fix: scores are rounded to 1e-6, the ladder is reassigned in character order,
+  and pieces are re-sorted by (score, piece).
+
+Trade-off of the sample: the sample is bounded in bytes (``TokenizerConfig.sample_bytes``) and
+chosen by a hash of (seed, uid), so it does not depend on Ray's block order; rare words outside
+the sample become sub-word pieces, which is what a 30k vocabulary does to them anyway.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import unicodedata
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+
+from pipelines import schema
+from pipelines.config import TokenizerConfig
+from pipelines.pack import hash64
+
+KINDS = ("wordpiece", "unigram")
+MODEL_MAX_LENGTH = 512
+_SCORE_DECIMALS = 6
+_LADDER_STEP = 1e-4  # tokenizers' Unigram penalty step for characters added after EM
+_SAMPLE_SLACK = 1.1  # over-sample by 10%, then trim by hash order to the exact byte bound
+
+
+# ---------------------------------------------------------------- pipelines (untrained)
+def _normalizer(cfg: TokenizerConfig) -> normalizers.Normalizer:
+    if cfg.kind == "wordpiece":
+        return normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True,
+                                          strip_accents=cfg.strip_accents, lowercase=cfg.lowercase)
+    steps = [normalizers.NFKC(), normalizers.Replace(Regex(r"\s+"), " ")]
+    if cfg.strip_accents:
+        steps += [normalizers.NFD(), normalizers.StripAccents(), normalizers.NFC()]
+    if cfg.lowercase:
+        steps.append(normalizers.Lowercase())
+    return normalizers.Sequence(steps)
+
+
+def _empty_tokenizer(cfg: TokenizerConfig) -> Tokenizer:
+    if cfg.kind == "wordpiece":
+        tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+        tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        tok.decoder = decoders.WordPiece(prefix="##")
+    elif cfg.kind == "unigram":
+        tok = Tokenizer(models.Unigram())
+        tok.pre_tokenizer = pre_tokenizers.Metaspace()
+        tok.decoder = decoders.Metaspace()
+    else:
+        raise ValueError(f"tokenizer kind {cfg.kind!r}; expected one of {KINDS}")
+    tok.normalizer = _normalizer(cfg)
+    return tok
+
+
+def _attach_post_processor(tok: Tokenizer) -> None:
+    cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
+
+
+# ---------------------------------------------------------------- training
+def _is_split_off(ch: str) -> bool:
+    """Characters BertPreTokenizer always makes a word of their own (never a ``##`` piece)."""
+    if ch.isspace():
+        return True
+    cp = ord(ch)
+    if 33 <= cp <= 47 or 58 <= cp <= 64 or 91 <= cp <= 96 or 123 <= cp <= 126:
+        return True
+    return unicodedata.category(ch).startswith("P")
+
+
+def _continuation_alphabet(texts: list[str], normalizer: normalizers.Normalizer) -> list[str]:
+    """Sorted ``##c`` for every character normalisation can produce inside a word."""
+    raw: set[str] = set()
+    for t in texts:
+        raw.update(t)
+    chars: set[str] = set()
+    for ch in raw:
+        chars.update(normalizer.normalize_str(ch))
+    return [f"##{c}" for c in sorted(chars) if not _is_split_off(c)]
+
+
+def _train_wordpiece(tok: Tokenizer, texts: list[str], cfg: TokenizerConfig) -> Tokenizer:
+    pinned = _continuation_alphabet(texts, tok.normalizer)
+    trainer = trainers.WordPieceTrainer(
+        vocab_size=cfg.vocab_size, min_frequency=cfg.min_frequency, show_progress=False,
+        special_tokens=list(schema.SPECIAL_TOKENS) + pinned, continuing_subword_prefix="##")
+    tok.train_from_iterator(texts, trainer=trainer, length=len(texts))
+    # The pinned ##c were only there to fix their ids: make them ordinary vocabulary again.
+    spec = json.loads(tok.to_str())
+    spec["added_tokens"] = [t for t in spec["added_tokens"] if t["content"] in schema.SPECIAL_TOKENS]
+    return Tokenizer.from_str(json.dumps(spec))
+
+
+def _train_unigram(tok: Tokenizer, texts: list[str], cfg: TokenizerConfig) -> Tokenizer:
+    trainer = trainers.UnigramTrainer(vocab_size=cfg.vocab_size, show_progress=False,
+                                      special_tokens=list(schema.SPECIAL_TOKENS), unk_token="[UNK]")
+    tok.train_from_iterator(texts, trainer=trainer, length=len(texts))
+    spec = json.loads(tok.to_str())
+    vocab = spec["model"]["vocab"]
+    head = [p for p in vocab if p[0] in schema.SPECIAL_TOKENS]
+    rest = [[p, round(s, _SCORE_DECIMALS)] for p, s in vocab if p not in schema.SPECIAL_TOKENS]
+    spec["model"]["vocab"] = head + _canonical_ladder(rest)
+    spec["model"]["unk_id"] = [p for p, _ in head].index("[UNK]")
+    return Tokenizer.from_str(json.dumps(spec))
+
+
+def _canonical_ladder(pieces: list[list[Any]]) -> list[list[Any]]:
+    """Fix the order-dependent scores of the Unigram trainer's "required characters".
+
+    Characters the EM did not keep are appended with scores ``min + k * 1e-4`` in hash-map
+    order, so equally rare characters swap scores between runs. The characters on that ladder
+    get the ladder's scores in character order instead; then everything is sorted by
+    (score descending, piece).
+    """
+    if not pieces:
+        return pieces
+    low = min(s for _, s in pieces)
+
+    def on_ladder(score: float) -> bool:
+        k = round((score - low) / _LADDER_STEP)
+        return 0 <= k < 10_000 and abs(score - low - k * _LADDER_STEP) < 2 * 10 ** -_SCORE_DECIMALS
+
+    rungs = [i for i, (p, s) in enumerate(pieces) if len(p) == 1 and on_ladder(s)]
+    for i, char, score in zip(rungs, sorted(pieces[i][0] for i in rungs), sorted(pieces[i][1] for i in rungs)):
+        pieces[i] = [char, score]
+    return sorted(pieces, key=lambda ps: (-ps[1], ps[0]))
+
+
+def train_tokenizer(texts: Iterable[str], cfg: TokenizerConfig, out_dir: str | Path) -> schema.TokenizerInfo:
+    """Train a tokenizer of ``cfg.kind`` on ``texts`` and write it to ``out_dir``.
+
+    ``texts`` is materialised (it is read twice for WordPiece); it is a bounded sample anyway.
+    The same texts in the same order give a byte-identical ``tokenizer.json``.
+    """
+    texts = [t for t in texts if t]
+    if not texts:
+        raise ValueError("train_tokenizer: no text to train on (the corpus sample is empty)")
+    tok = _empty_tokenizer(cfg)
+    tok = _train_wordpiece(tok, texts, cfg) if cfg.kind == "wordpiece" else _train_unigram(tok, texts, cfg)
+    _attach_post_processor(tok)
+    _check_specials(tok, where="trained tokenizer")
+    return _write(tok, kind=cfg.kind, cfg=cfg, out_dir=out_dir)
+
+
+# ---------------------------------------------------------------- sampling
+def _sizes(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    return {"nbytes": np.fromiter((len(t.encode("utf-8", "surrogatepass")) for t in batch["text"]),
+                                  dtype=np.int64, count=len(batch["text"]))}
+
+
+def _select(batch: dict[str, np.ndarray], *, seed: int, threshold: float) -> dict[str, np.ndarray]:
+    h = hash64(seed, np.asarray(batch["uid"], dtype=np.int64))
+    keep = (h >> np.uint64(11)).astype(np.float64) * 2.0 ** -53 < threshold
+    return {"uid": np.asarray(batch["uid"], dtype=np.int64)[keep], "h": h[keep],
+            "text": np.asarray(batch["text"], dtype=object)[keep]}
+
+
+def sample_texts(ds: Any, max_bytes: int, seed: int) -> list[str]:
+    """At most ``max_bytes`` of document text, chosen by hash(seed, uid), sorted by uid.
+
+    Two passes: the total size fixes a keep rate (with 10% slack); the kept rows are then
+    trimmed in hash order to the byte bound. Neither step depends on Ray's block order.
+    """
+    if max_bytes <= 0 or ds.count() == 0:
+        return []
+    total = int(ds.select_columns(["text"]).map_batches(_sizes, batch_format="numpy").sum("nbytes") or 0)
+    if total == 0:
+        return []
+    rate = min(1.0, _SAMPLE_SLACK * max_bytes / total)
+    rows = ds.select_columns(["uid", "text"]).map_batches(
+        _select, fn_kwargs={"seed": seed, "threshold": rate}, batch_format="numpy").take_all()
+    rows.sort(key=lambda r: (int(r["h"]), int(r["uid"])))
+    chosen, used = [], 0
+    for r in rows:
+        n = len(r["text"].encode("utf-8", "surrogatepass"))
+        if used + n > max_bytes:
+            continue  # a smaller document further on may still fit
+        chosen.append(r)
+        used += n
+    chosen.sort(key=lambda r: int(r["uid"]))
+    return [str(r["text"]) for r in chosen]
+
+
+# ---------------------------------------------------------------- pretrained
+def _from_vocab_txt(path: Path, cfg: TokenizerConfig) -> Tokenizer:
+    vocab: dict[str, int] = {}
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            token = line.rstrip("\n").rstrip("\r")
+            if not token:
+                raise ValueError(f"{path}:{lineno}: empty line in vocab.txt")
+            if token in vocab:
+                raise ValueError(f"{path}:{lineno}: duplicate token {token!r}")
+            vocab[token] = len(vocab)
+    missing = [t for t in schema.SPECIAL_TOKENS if t not in vocab]
+    if missing:
+        raise ValueError(f"{path}: missing special token(s) {missing}")
+    tok = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]"))
+    tok.normalizer = _normalizer(TokenizerConfig(kind="wordpiece", lowercase=cfg.lowercase,
+                                                 strip_accents=cfg.strip_accents))
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece(prefix="##")
+    return tok
+
+
+def load_pretrained(path: str | Path, cfg: TokenizerConfig, out_dir: str | Path) -> schema.TokenizerInfo:
+    """Use an existing ``tokenizer.json`` or BERT ``vocab.txt`` instead of training one."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: pretrained tokenizer not found")
+    if path.suffix == ".json":
+        try:
+            tok = Tokenizer.from_file(str(path))
+        except Exception as exc:  # tokenizers raises a bare Exception on malformed JSON
+            raise ValueError(f"{path}: not a tokenizers tokenizer.json ({exc})") from exc
+    else:
+        tok = _from_vocab_txt(path, cfg)
+    _check_specials(tok, where=str(path))
+    if tok.post_processor is None:
+        _attach_post_processor(tok)
+    # A tokenizer.json brings its own normaliser: record what it does, not what cfg asked for.
+    lowercase, strip_accents = _normalizer_flags(tok, cfg)
+    flags = dataclasses.replace(cfg, lowercase=lowercase, strip_accents=strip_accents)
+    return _write(tok, kind="pretrained", cfg=flags, out_dir=out_dir)
+
+
+def _normalizer_flags(tok: Tokenizer, cfg: TokenizerConfig) -> tuple[bool, bool]:
+    """(lowercase, strip_accents) as the tokenizer's normaliser actually applies them."""
+    if tok.normalizer is None:
+        return False, False
+    spec = json.loads(tok.normalizer.__getstate__())
+    steps = spec.get("normalizers", [spec]) if spec.get("type") == "Sequence" else [spec]
+    lowercase = strip = False
+    for step in steps:
+        if step.get("type") == "BertNormalizer":
+            lowercase = lowercase or bool(step.get("lowercase"))
+            accents = step.get("strip_accents")
+            strip = strip or bool(step.get("lowercase") if accents is None else accents)
+        lowercase = lowercase or step.get("type") == "Lowercase"
+        strip = strip or step.get("type") == "StripAccents"
+    return lowercase, strip
+
+
+def _check_specials(tok: Tokenizer, *, where: str) -> dict[str, int]:
+    ids = {t: tok.token_to_id(t) for t in schema.SPECIAL_TOKENS}
+    missing = [t for t, i in ids.items() if i is None]
+    if missing:
+        raise ValueError(f"{where}: missing special token(s) {missing}")
+    if ids["[PAD]"] != 0:
+        raise ValueError(f"{where}: [PAD] has id {ids['[PAD]']}; the trainer needs it at id 0")
+    return ids
+
+
+# ---------------------------------------------------------------- output
+def _is_wordpiece(tok: Tokenizer) -> bool:
+    return json.loads(tok.model.__getstate__())["type"] == "WordPiece"
+
+
+def _config_json(tok: Tokenizer, cfg: TokenizerConfig) -> dict[str, Any]:
+    specials = {"pad_token": "[PAD]", "unk_token": "[UNK]", "cls_token": "[CLS]",
+                "sep_token": "[SEP]", "mask_token": "[MASK]"}
+    base = {"model_max_length": MODEL_MAX_LENGTH, "padding_side": "right",
+            "model_input_names": ["input_ids", "token_type_ids", "attention_mask"], **specials}
+    if _is_wordpiece(tok):
+        return {"tokenizer_class": "BertTokenizerFast", "do_lower_case": cfg.lowercase,
+                "strip_accents": cfg.strip_accents, "tokenize_chinese_chars": True, **base}
+    return {"tokenizer_class": "PreTrainedTokenizerFast", **base}
+
+
+def _vocab_lines(tok: Tokenizer) -> bytes:
+    vocab = tok.get_vocab(with_added_tokens=True)
+    by_id = sorted(vocab.items(), key=lambda kv: kv[1])
+    if [i for _, i in by_id] != list(range(len(by_id))):
+        raise ValueError("tokenizer ids are not contiguous; cannot write vocab.txt")
+    bad = [t for t, _ in by_id if "\n" in t or "\r" in t]
+    if bad:
+        raise ValueError(f"token(s) with a line break cannot go into vocab.txt: {bad[:5]}")
+    return "".join(f"{t}\n" for t, _ in by_id).encode("utf-8")
+
+
+def _write(tok: Tokenizer, *, kind: str, cfg: TokenizerConfig, out_dir: str | Path) -> schema.TokenizerInfo:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tok_json = tok.to_str(pretty=True).encode("utf-8")
+    schema.atomic_write_bytes(out / "tokenizer.json", tok_json)
+    schema.atomic_write_bytes(out / "vocab.txt", _vocab_lines(tok))
+    config = json.dumps(_config_json(tok, cfg), indent=2, sort_keys=True) + "\n"
+    schema.atomic_write_bytes(out / "tokenizer_config.json", config.encode())
+    return schema.TokenizerInfo(kind=kind, vocab_size=tok.get_vocab_size(with_added_tokens=True),
+                                sha256=schema.sha256_file(out / "tokenizer.json"),
+                                lowercase=cfg.lowercase,
+                                special_tokens=_check_specials(tok, where=str(out / "tokenizer.json")))

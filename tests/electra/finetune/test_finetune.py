@@ -1,0 +1,116 @@
+"""The fine-tuning loop without Prefect: schedule, padding, reproducibility, SQuAD 1.1, DeepSpeed."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from electra.finetune.finetune import finetune_glue, recipe_for_model
+from electra.finetune.loop import lr_multiplier, pad_batch
+from electra.finetune.predictions import read_predictions, recompute_metrics
+from electra.finetune.squad_finetune import finetune_squad
+
+from .glue_files import squad_json, write_keyword_sst2
+from .tiny_model import tiny_export, train_tokenizer
+
+REPO = Path(__file__).resolve().parents[3]
+FAST = {"epochs": 1, "batch_size": 16, "lr": 6e-3, "num_threads": 1, "num_seeds": 1,
+        "max_seq_len": 32}
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ft")
+    export = tiny_export(root / "hf", tokenizer_dir=train_tokenizer(root / "tok"))
+    write_keyword_sst2(root / "glue", n_train=48, n_dev=20)
+    squad_json(root / "squad" / "train-v1.1.json", version="1.1", n_paragraphs=3)
+    squad_json(root / "squad" / "dev-v1.1.json", version="1.1", n_paragraphs=2, seed=1)
+    return root, export / "discriminator"
+
+
+def test_schedule_is_warmup_times_linear_decay():
+    assert [lr_multiplier(s, total_steps=100, warmup_steps=10) for s in (0, 5, 10, 55, 100)] == \
+        pytest.approx([0.0, 0.5 * 0.95, 0.9, 0.45, 0.0])
+    assert lr_multiplier(0, total_steps=10, warmup_steps=0) == 1.0
+
+
+def test_pad_batch_masks_padding():
+    ids, seg, mask = pad_batch([[2, 7, 3], [2, 3]], [[0, 0, 0], [0, 1]], pad_id=0)
+    assert ids.tolist() == [[2, 7, 3], [2, 3, 0]] and seg.tolist() == [[0, 0, 0], [0, 1, 0]]
+    assert mask.tolist() == [[1, 1, 1], [1, 1, 0]]
+
+
+def test_recipe_size_from_the_export(tiny):
+    _, model = tiny
+    rec = recipe_for_model(model)
+    assert (rec.size, rec.lr, rec.layerwise_lr_decay) == ("small", 3e-4, 0.8)
+    assert recipe_for_model(model, size="large").lr == 5e-5
+
+
+def test_same_seed_same_run(tiny):
+    root, model = tiny
+    rec = recipe_for_model(model, **FAST)
+    a = finetune_glue("SST-2", model_dir=model, glue_dir=root / "glue", recipe=rec, out_dir=root / "a")
+    b = finetune_glue("SST-2", model_dir=model, glue_dir=root / "glue", recipe=rec, out_dir=root / "b")
+    assert a.seeds[0].train_loss == b.seeds[0].train_loss and a.seeds[0].steps == 3
+    assert (root / "a" / a.seeds[0].predictions).read_text() == \
+        (root / "b" / b.seeds[0].predictions).read_text()
+    rows = read_predictions(root / "a" / a.seeds[0].predictions)
+    assert [r["id"] for r in rows] == [f"dev-{i}" for i in range(2, 22)]  # line numbers
+
+
+def test_squad11_predictions_and_scores(tiny):
+    root, model = tiny
+    rec = recipe_for_model(model, **FAST, squad_max_len=32, squad_doc_stride=16,
+                           squad_max_query=8)
+    res = finetune_squad(model_dir=model, squad_dir=root / "squad", version="1.1", recipe=rec,
+                         out_dir=root / "sq")
+    (seed,) = res.seeds
+    rows = read_predictions(root / "sq" / seed.predictions)
+    assert sorted(r["id"] for r in rows) == sorted(f"p{p}q{q}" for p in range(2) for q in range(3))
+    assert all(r["prediction"] == r["best_text"] and r["na_prob"] == 0 for r in rows)
+    assert set(seed.metrics) == {"exact", "f1"} and 0 <= seed.metrics["exact"] <= seed.metrics["f1"] <= 100
+    assert recompute_metrics("SQuAD1.1", root / "sq" / seed.predictions) == seed.metrics
+    assert res.num_train > 9  # several doc-stride windows per question
+
+
+@pytest.mark.slow
+def test_deepspeed_engine_matches_plain_loop(tiny):
+    """Same recipe through a single-process DeepSpeed engine: same losses (own process,
+    because DeepSpeed initialises torch.distributed; the first run compiles its CPU op ~75 s)."""
+    root, model = tiny
+    script = f"""
+import json, sys
+sys.path.insert(0, {str(REPO)!r})
+from electra.finetune.finetune import finetune_glue, recipe_for_model
+out = {{}}
+for ds in (False, True):
+    rec = recipe_for_model({str(model)!r}, **{FAST!r}, deepspeed=ds)
+    r = finetune_glue("SST-2", model_dir={str(model)!r}, glue_dir={str(root / 'glue')!r},
+                      recipe=rec, out_dir={str(root)!r} + "/ds" + str(ds))
+    out[str(ds)] = r.seeds[0].train_loss
+print("RESULT" + json.dumps(out))
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=600, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT"))
+    losses = json.loads(line[len("RESULT"):])
+    assert losses["True"] == pytest.approx(losses["False"], rel=1e-4)
+
+
+@pytest.mark.gpu
+def test_same_code_on_cuda(tiny):
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    root, model = tiny
+    rec = recipe_for_model(model, **{**FAST, "device": "cuda", "precision": "bf16"})
+    res = finetune_glue("SST-2", model_dir=model, glue_dir=root / "glue", recipe=rec,
+                        out_dir=root / "cuda")
+    assert res.seeds[0].steps == 3 and recompute_metrics(
+        "SST-2", root / "cuda" / res.seeds[0].predictions) == res.seeds[0].metrics

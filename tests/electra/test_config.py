@@ -1,0 +1,108 @@
+"""electra.config: presets, strict loading, overrides, derived sizes."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from electra.config import ConfigError, ElectraConfig, ModelConfig, ObjectiveConfig, load_config
+
+PRESETS = Path(__file__).resolve().parents[2] / "electra" / "configs"
+
+
+@pytest.mark.parametrize("name", ["tiny", "small", "base", "large"])
+def test_presets_are_complete_and_round_trip(name):
+    raw = json.loads((PRESETS / f"{name}.json").read_text())
+    cfg = load_config(PRESETS / f"{name}.json")
+    # Full files: every typed field is spelled out, so a reader sees the whole run.
+    assert raw == {**cfg.to_dict(), "deepspeed": raw["deepspeed"]}
+    assert ElectraConfig.from_dict(cfg.to_dict()) == cfg
+    assert "zero_optimization" in cfg.deepspeed
+
+
+def test_paper_values_in_presets():
+    small, base, large = (load_config(PRESETS / f"{n}.json") for n in ("small", "base", "large"))
+    assert (small.model.num_layers, small.model.hidden_size, small.model.num_heads,
+            small.model.intermediate_size, small.model.embedding_size) == (12, 256, 4, 1024, 128)
+    assert small.optimizer.lr == 5e-4 and small.optimizer.total_steps == 1_000_000
+    assert small.train.global_batch_size == 128 and small.data.seq_len == 128
+    assert base.model.generator_sizes() == (256, 4, 1024) and base.optimizer.lr == 2e-4
+    assert base.optimizer.total_steps == 766_000 and base.data.seq_len == 512
+    assert large.objective.mask_prob == 0.25 and large.model.num_layers == 24
+    assert large.train.global_batch_size == 2048 and large.optimizer.total_steps == 400_000
+    # max_predictions = int((mask_prob + 0.005) * seq_len): 19 / 79 / 130 (reference §2).
+    assert (small.max_predictions, base.max_predictions, large.max_predictions) == (19, 79, 130)
+    for c in (small, base, large):
+        o = c.optimizer
+        assert (o.beta1, o.beta2, o.eps, o.bias_correction, o.weight_decay, o.warmup_steps, o.grad_clip) == \
+            (0.9, 0.999, 1e-6, False, 0.01, 10000, 1.0)
+        m = c.model
+        assert (m.hidden_dropout, m.attention_dropout, m.layer_norm_eps, m.initializer_range) == (0.1, 0.1, 1e-12, 0.02)
+        assert c.objective.discriminator_weight == 50.0 and c.objective.mask_token_prob == 0.85
+
+
+def test_defaults_are_the_paper_small_model():
+    c = ElectraConfig()
+    assert c.model == ModelConfig(vocab_size=30522, embedding_size=128, hidden_size=256, num_layers=12,
+                                  num_heads=4, intermediate_size=1024, generator_fraction=0.25)
+    assert c.objective == ObjectiveConfig("electra", 0.15, 0.85, None, 1.0, 1.0, 50.0, False)
+    assert c.max_steps == 1_000_000
+
+
+@pytest.mark.parametrize("hidden,fraction,expected", [
+    (256, 0.25, (64, 1, 256)), (768, 1 / 3, (256, 4, 1024)), (1024, 0.25, (256, 4, 1024)),
+    (1024, 0.5, (512, 8, 2048)), (64, 0.25, (16, 1, 64)),
+])
+def test_generator_sizes_from_fraction(hidden, fraction, expected):
+    m = ModelConfig(hidden_size=hidden, num_heads=max(1, hidden // 64), generator_fraction=fraction)
+    assert tuple(m.generator_sizes()) == expected
+    assert m.generator_hidden_size == expected[0]
+
+
+def test_unknown_keys_are_errors_listing_known_keys(tmp_path):
+    with pytest.raises(ConfigError, match=r"model: unknown key\(s\) \['hiden_size'\].*hidden_size"):
+        ElectraConfig.from_dict({"model": {"hiden_size": 3}})
+    with pytest.raises(ConfigError, match=r"unknown key\(s\) \['trainer'\].*'train'"):
+        ElectraConfig.from_dict({"trainer": {}})
+    path = tmp_path / "bad.json"
+    path.write_text('{"optimizer": {"lr": 1e-4, "lrr": 2}}')
+    with pytest.raises(ConfigError, match=str(path)):
+        load_config(path)
+
+
+def test_invalid_json_names_file_and_line(tmp_path):
+    path = tmp_path / "broken.json"
+    path.write_text('{\n  "model": {\n    "hidden_size": ,\n  }\n}\n')
+    with pytest.raises(ConfigError, match=rf"{path}:3: invalid JSON"):
+        load_config(path)
+
+
+def test_overrides_are_parsed_and_type_checked():
+    cfg = load_config(PRESETS / "tiny.json", ["optimizer.lr=1e-4", "train.max_steps=10",
+                                              "deepspeed.zero_optimization.stage=2", "objective.kind=mlm",
+                                              "train.precision=bf16", "model.generator_fraction=0.5",
+                                              "deepspeed.bf16.enabled=true", "optimizer.total_steps=1e6"])
+    assert cfg.optimizer.lr == 1e-4 and cfg.train.max_steps == 10 and cfg.max_steps == 10
+    assert cfg.deepspeed["zero_optimization"]["stage"] == 2 and cfg.deepspeed["bf16"]["enabled"] is True
+    assert cfg.objective.kind == "mlm" and cfg.train.precision == "bf16"
+    assert cfg.model.generator_fraction == 0.5 and cfg.optimizer.total_steps == 1_000_000
+    assert isinstance(cfg.optimizer.total_steps, int)
+    assert load_config(PRESETS / "tiny.json", ["train.max_steps=null"]).train.max_steps is None
+
+
+@pytest.mark.parametrize("override,message", [
+    ("train.max_steps=ten", r"train.max_steps: expected int, got 'ten'"),
+    ("train.seed=true", r"train.seed: expected int"),
+    ("optimizer.bias_correction=1", r"bias_correction: expected bool"),
+    ("optimizer.lr", r"expected section.key=value"),
+    ("optimiser.lr=1", r"unknown section 'optimiser'"),
+    ("model.hidden.size=3", r"section 'model' is flat"),
+    ("model.hidden_sizes=3", r"unknown key\(s\) \['hidden_sizes'\]"),
+    ("objective.kind=bert", r"objective.kind must be 'electra' or 'mlm'"),
+    ("model.num_heads=3", r"not divisible by num_heads"),
+    ("data.seq_len=1024", r"exceeds model.max_position_embeddings"),
+])
+def test_bad_overrides_fail_clearly(override, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(PRESETS / "tiny.json", [override])

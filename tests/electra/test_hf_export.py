@@ -1,0 +1,163 @@
+"""electra.hf_export: parity with the real transformers classes, round trips, file layout."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from electra.config import ModelConfig
+from electra.hf_export import encoder_from_hf, encoder_to_hf, export_hf, import_hf, load_discriminator_encoder
+from electra.model import ElectraForPretraining
+
+transformers = pytest.importorskip("transformers")
+
+CONFIGS = {
+    "projected": dict(vocab_size=60, embedding_size=24, hidden_size=64, num_layers=2, num_heads=2,
+                      intermediate_size=96, max_position_embeddings=40, generator_fraction=0.5),
+    "same_size": dict(vocab_size=60, embedding_size=32, hidden_size=32, num_layers=3, num_heads=4,
+                      intermediate_size=48, max_position_embeddings=40, generator_fraction=0.25),
+}
+
+
+def perturbed(cfg: ModelConfig, seed: int = 0) -> ElectraForPretraining:
+    """A model whose biases and norms are not at their init (so a swapped key would show)."""
+    torch.manual_seed(seed)
+    model = ElectraForPretraining(cfg).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    return model
+
+
+def inputs(seed: int = 1):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(5, 60, (3, 20), generator=g)
+    ids[:, 0] = 2
+    mask = torch.ones_like(ids)
+    mask[1, 13:], ids[1, 13:] = 0, 0
+    mask[2, 5:], ids[2, 5:] = 0, 0
+    seg = torch.zeros_like(ids)
+    seg[:, 8:] = 1
+    return ids, seg, mask
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_transformers_gives_the_same_logits(tmp_path, name):
+    cfg = ModelConfig(**CONFIGS[name])
+    model = perturbed(cfg)
+    export_hf(model, cfg, tmp_path / "hf")
+    disc, info_d = transformers.ElectraForPreTraining.from_pretrained(tmp_path / "hf" / "discriminator",
+                                                                      output_loading_info=True)
+    gen, info_g = transformers.ElectraForMaskedLM.from_pretrained(tmp_path / "hf" / "generator",
+                                                                  output_loading_info=True)
+    for info in (info_d, info_g):
+        assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"]
+    ids, seg, mask = inputs()
+    real = mask.bool()
+    with torch.no_grad():
+        ours_d = model.discriminator_logits(ids, seg, mask)
+        theirs_d = disc.eval()(input_ids=ids, token_type_ids=seg, attention_mask=mask).logits
+        ours_g = model.generator_logits(ids, seg, mask)
+        theirs_g = gen.eval()(input_ids=ids, token_type_ids=seg, attention_mask=mask).logits
+    assert torch.allclose(ours_d[real], theirs_d[real], atol=1e-5)
+    assert torch.allclose(ours_g[real], theirs_g[real], atol=1e-5)
+    # The generator's output embedding is tied to the (shared) input embedding on load.
+    assert gen.generator_lm_head.weight.data_ptr() == gen.electra.embeddings.word_embeddings.weight.data_ptr()
+    _, info_m = transformers.ElectraModel.from_pretrained(tmp_path / "hf" / "discriminator", output_loading_info=True)
+    assert not info_m["missing_keys"]
+
+
+def test_layout_configs_and_shared_embeddings_in_both(tmp_path):
+    cfg = ModelConfig(**CONFIGS["projected"])
+    model = perturbed(cfg)
+    tok = tmp_path / "tok"
+    tok.mkdir()
+    for name, text in (("tokenizer.json", "{}"), ("vocab.txt", "[PAD]\n"), ("tokenizer_config.json", "{}")):
+        (tok / name).write_text(text)
+    out = export_hf(model, cfg, tmp_path / "hf", tokenizer_dir=tok)
+    for sub, arch, hidden, heads, ffn in (("discriminator", "ElectraForPreTraining", 64, 2, 96),
+                                          ("generator", "ElectraForMaskedLM", 32, 1, 128)):
+        folder = out / sub
+        assert sorted(p.name for p in folder.iterdir()) == ["config.json", "model.safetensors", "tokenizer.json",
+                                                            "tokenizer_config.json", "vocab.txt"]
+        c = json.loads((folder / "config.json").read_text())
+        assert c["architectures"] == [arch] and c["model_type"] == "electra" and c["hidden_act"] == "gelu"
+        assert (c["hidden_size"], c["num_attention_heads"], c["intermediate_size"], c["embedding_size"]) == \
+            (hidden, heads, ffn, 24)
+        state = load_file(folder / "model.safetensors")
+        assert torch.equal(state["electra.embeddings.LayerNorm.weight"], model.embeddings.LayerNorm.weight)
+        assert torch.equal(state["electra.embeddings.word_embeddings.weight"],
+                           model.embeddings.word_embeddings.weight)
+    assert not list(tmp_path.glob(".hf.*"))  # no temporary folders left behind
+    with pytest.raises(FileNotFoundError, match="no tokenizer.json"):
+        export_hf(model, cfg, tmp_path / "hf2", tokenizer_dir=tmp_path)
+
+
+def test_reexport_replaces_the_folder_atomically(tmp_path):
+    cfg = ModelConfig(**CONFIGS["same_size"])
+    export_hf(perturbed(cfg, 0), cfg, tmp_path / "hf")
+    (tmp_path / "hf" / "stale.txt").write_text("old")
+    second = perturbed(cfg, 1)
+    export_hf(second, cfg, tmp_path / "hf")
+    assert not (tmp_path / "hf" / "stale.txt").exists()
+    back, _ = import_hf(tmp_path / "hf")
+    assert torch.equal(back.discriminator_head.dense.weight, second.discriminator_head.dense.weight)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hf"]
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_import_round_trip_reproduces_the_state_dict(tmp_path, name):
+    cfg = ModelConfig(**CONFIGS[name])
+    model = perturbed(cfg)
+    export_hf(model, cfg, tmp_path / "hf")
+    back, back_cfg = import_hf(tmp_path / "hf")
+    assert back_cfg == cfg
+    want, got = model.state_dict(), back.state_dict()
+    assert want.keys() == got.keys()
+    assert all(torch.equal(want[k], got[k]) for k in want)
+    assert back.generator.embeddings is back.embeddings is back.discriminator.embeddings
+
+
+def test_encoder_key_map_is_a_bijection():
+    model = perturbed(ModelConfig(**CONFIGS["projected"]))
+    sd = model.discriminator.state_dict()
+    hf = encoder_to_hf(sd)
+    assert "electra.encoder.layer.1.attention.self.value.bias" in hf
+    assert "electra.embeddings_project.weight" in hf and len(hf) == len(sd) + 2 * 2 * 2  # qkv -> 3 per layer
+    back = encoder_from_hf(hf, num_layers=2)
+    assert back.keys() == sd.keys() and all(torch.equal(back[k], sd[k]) for k in sd)
+
+
+def test_load_discriminator_encoder_for_finetuning(tmp_path):
+    cfg = ModelConfig(**CONFIGS["projected"])
+    model = perturbed(cfg)
+    export_hf(model, cfg, tmp_path / "hf")
+    ids, seg, mask = inputs()
+    with torch.no_grad():
+        want = model.discriminator(ids, seg, mask)
+        for path in (tmp_path / "hf", tmp_path / "hf" / "discriminator"):
+            enc, enc_cfg = load_discriminator_encoder(path)
+            assert enc_cfg.hidden_size == 64 and enc_cfg.num_layers == 2
+            assert torch.allclose(enc.eval()(ids, seg, mask), want, atol=1e-6)
+    # A plain transformers ElectraModel folder (keys without the "electra." prefix) loads too.
+    hf_model = transformers.ElectraModel.from_pretrained(tmp_path / "hf" / "discriminator")
+    hf_model.save_pretrained(tmp_path / "plain")
+    enc, _ = load_discriminator_encoder(tmp_path / "plain")
+    with torch.no_grad():
+        assert torch.allclose(enc.eval()(ids, seg, mask), want, atol=1e-6)
+
+
+def test_import_errors_name_the_file(tmp_path):
+    cfg = ModelConfig(**CONFIGS["projected"])
+    export_hf(perturbed(cfg), cfg, tmp_path / "hf")
+    gen_cfg = tmp_path / "hf" / "generator" / "config.json"
+    c = json.loads(gen_cfg.read_text())
+    c["intermediate_size"] = 100
+    gen_cfg.write_text(json.dumps(c))
+    with pytest.raises(ValueError, match=rf"{gen_cfg}.*not derivable"):
+        import_hf(tmp_path / "hf")
+    (tmp_path / "hf" / "generator" / "model.safetensors").unlink()
+    with pytest.raises(FileNotFoundError, match="generator/model.safetensors"):
+        import_hf(tmp_path / "hf")

@@ -1,0 +1,263 @@
+"""The trainer end to end on CPU: 2 DeepSpeed ranks, exact resume after SIGKILL, a kill during a
+checkpoint write, the Hugging Face export. Real processes, real DeepSpeed, tiny model and corpus.
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+import torch
+
+from electra import checkpoint as ck
+from electra.train import DEBUG_KEYS_ENV, KILL_IN_CHECKPOINT_ENV, parse_args
+from tests.electra._corpus import write_tiny_corpus
+
+REPO = Path(__file__).resolve().parents[2]
+VENV_BIN = Path(sys.executable).parent
+COMMON = ["--config", "electra/configs/tiny.json", "--set", "data.seq_len=32", "--set", "train.log_every=1",
+          "--set", "data.shuffle_buffer=16", "--set", "optimizer.warmup_steps=2", "--set",
+          "optimizer.total_steps=40", "--set", "model.max_position_embeddings=64", "--set", "data.num_workers=2"]
+
+
+def env(**extra):
+    e = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": str(REPO)}
+    return {**e, **{k: str(v) for k, v in extra.items()}}
+
+
+def train_cmd(data, out, *extra, launcher=None):
+    prog = [str(VENV_BIN / "deepspeed"), *launcher, "electra/train.py"] if launcher else [sys.executable, "electra/train.py"]
+    return [*prog, *COMMON, "--data", str(data), "--out", str(out), *extra]
+
+
+def run(cmd, timeout=240, **extra_env):
+    p = subprocess.run(cmd, cwd=REPO, env=env(**extra_env), capture_output=True, text=True, timeout=timeout)
+    return p
+
+
+def records(run_dir, kind="train"):
+    lines = (Path(run_dir) / "metrics.jsonl").read_text().splitlines()
+    return [r for r in map(json.loads, lines) if r.get("kind") == kind]
+
+
+def trajectory(run_dir):
+    keys = ("loss", "gen_loss", "disc_loss", "gen_acc", "disc_acc", "lr", "grad_norm", "tokens")
+    return [(r["step"], *(r[k] for k in keys)) for r in records(run_dir)]
+
+
+SINGLE = ["--max-steps", "8", "--save-every", "2", "--micro-batch", "4", "--seed", "7",
+          "--set", "train.global_batch_size=8", "--set", "train.eval_every=4"]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    return write_tiny_corpus(tmp_path_factory.mktemp("corpus"), seq_len=32, train_shards=(9, 7, 5, 11, 3),
+                             validation_shards=(6, 5))
+
+
+@pytest.fixture(scope="module")
+def baseline(corpus, tmp_path_factory):
+    out = tmp_path_factory.mktemp("baseline")
+    p = run(train_cmd(corpus, out, *SINGLE))
+    assert p.returncode == 0, p.stderr[-3000:]
+    return out
+
+
+def test_cli_surface_is_frozen():
+    a = parse_args(["--config", "c", "--data", "d", "--out", "o", "--max-steps", "3", "--save-every", "2",
+                    "--seed", "5", "--micro-batch", "4", "--set", "optimizer.lr=1", "--set", "a.b=2",
+                    "--local_rank", "0"])
+    assert (a.max_steps, a.save_every, a.seed, a.micro_batch, a.set, a.local_rank) == (3, 2, 5, 4, ["optimizer.lr=1", "a.b=2"], 0)
+
+
+def test_baseline_run_layout_and_metrics(baseline):
+    recs = records(baseline)
+    assert [r["step"] for r in recs] == list(range(1, 9))
+    for field in ("loss", "gen_loss", "disc_loss", "gen_acc", "disc_acc", "disc_precision", "disc_recall",
+                  "lr", "grad_norm", "tokens_per_sec", "mfu"):
+        assert all(field in r for r in recs), field
+    assert all(r["grad_norm"] > 0 and r["tokens_per_sec"] > 0 for r in recs)
+    assert [r["step"] for r in records(baseline, "eval")] == [4, 8]
+    cfg = json.loads((baseline / "config.json").read_text())
+    assert cfg["model"]["vocab_size"] == 200 and cfg["train"]["seed"] == 7
+    ds = json.loads((baseline / "deepspeed_config.json").read_text())
+    assert ds["gradient_accumulation_steps"] == 2 and ds["train_batch_size"] == 8
+    steps = sorted(d.name for d in (baseline / "checkpoints").glob("step_*"))
+    assert steps == ["step_00000004", "step_00000006", "step_00000008"]  # keep_last 3
+    meta = ck.CheckpointMeta.read(baseline / "checkpoints" / "step_00000008")
+    assert meta.step == 8 and meta.tokens_seen == sum(r["tokens"] for r in records(baseline))
+    assert meta.data_position == {"epoch": 2, "batch": 0}  # 35 examples -> 8 batches of 4 per epoch
+    assert (baseline / "tensorboard").is_dir() and any((baseline / "tensorboard").iterdir())
+
+
+def test_sigkill_at_random_step_resumes_bitwise(corpus, baseline, tmp_path):
+    kill_after = random.Random().randint(3, 7)
+    out = tmp_path / "run"
+    proc = subprocess.Popen(train_cmd(corpus, out, *SINGLE), cwd=REPO, env=env(), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.time() + 180
+    while time.time() < deadline and proc.poll() is None:
+        if (out / "metrics.jsonl").exists() and any(r["step"] >= kill_after for r in records(out)):
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert len(records(out)) < 8, f"run finished before the kill at step {kill_after}"
+    p = run(train_cmd(corpus, out, *SINGLE))
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "resumed from" in p.stderr or ck.find_latest(out) is None
+    assert trajectory(out) == trajectory(baseline), f"killed after step {kill_after}"
+    assert records(out, "eval") == records(baseline, "eval")
+
+
+def test_kill_during_checkpoint_write_keeps_previous(corpus, baseline, tmp_path):
+    out = tmp_path / "run"
+    p = run(train_cmd(corpus, out, *SINGLE), **{KILL_IN_CHECKPOINT_ENV: 6})
+    assert p.returncode != 0  # SIGKILLed inside save_checkpoint, after DeepSpeed wrote its files
+    partial = out / "checkpoints" / "step_00000006"
+    assert partial.is_dir() and any(partial.glob("*.pt")) and not (partial / ck.META).exists()
+    assert ck.find_latest(out).name == "step_00000004"
+    p = run(train_cmd(corpus, out, *SINGLE))
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "step_00000004 (step 4" in p.stderr and "removed incomplete checkpoint" in p.stderr
+    assert trajectory(out) == trajectory(baseline)
+
+
+def test_export_loads_in_transformers_with_trainer_logits(corpus, baseline):
+    from transformers import ElectraForPreTraining
+
+    from electra.config import load_config
+    from electra.model import ElectraForPretraining
+
+    cfg = load_config(baseline / "config.json")  # the resolved config is a loadable config
+    ours = ElectraForPretraining(cfg.model)
+    state = torch.load(baseline / "checkpoints" / "step_00000008" / "mp_rank_00_model_states.pt",
+                       weights_only=True)["module"]
+    ours.load_state_dict({k.removeprefix("model."): v for k, v in state.items() if k.startswith("model.")})
+    ours.eval()
+    hf = ElectraForPreTraining.from_pretrained(baseline / "hf" / "discriminator").eval()
+    ids = torch.tensor([[2, 17, 40, 99, 3, 55, 61, 3, 0, 0], [2, 8, 9, 10, 11, 12, 3, 150, 151, 3]])
+    seg = torch.tensor([[0] * 5 + [1] * 3 + [0] * 2, [0] * 7 + [1] * 3])
+    with torch.no_grad():
+        want = ours.discriminator_logits(ids, seg, ids != 0)
+        got = hf(input_ids=ids, token_type_ids=seg, attention_mask=(ids != 0).long()).logits
+    mask = ids != 0
+    assert torch.allclose(got[mask], want[mask], atol=1e-5), (got - want).abs().max()
+
+
+TWO_RANK_FLAGS = ["--micro-batch", "2", "--save-every", "3", "--set", "train.global_batch_size=8", "--set",
+                  "train.eval_every=0", "--set", "deepspeed.zero_optimization.stage=2", "--set",
+                  "data.skip_corrupt=true", "--set", "optimizer.lr=0.003"]
+
+
+def two_rank_cmd(data, out, max_steps):
+    launcher = ["--num_gpus", "2", "--master_port", str(29500 + random.Random().randint(1, 400))]
+    return train_cmd(data, out, "--max-steps", str(max_steps), *TWO_RANK_FLAGS, launcher=launcher)
+
+
+@pytest.fixture(scope="module")
+def two_rank_run(tmp_path_factory):
+    """``deepspeed --num_gpus 2`` (two CPU ranks), ZeRO-2, 2 loader workers per rank, on 35 examples
+    in 5 shards (+1 corrupt shard, skipped): divisible by neither 2 ranks nor 2 x 2 workers."""
+    tmp = tmp_path_factory.mktemp("two_ranks")
+    data = write_tiny_corpus(tmp / "c", seq_len=32, train_shards=(9, 7, 5, 11, 3, 4), validation_shards=(6,))
+    bad = data / "shards" / "train-000005.tar"
+    bad.write_bytes(bad.read_bytes()[:2000])
+    keys_dir, out = tmp / "keys", tmp / "run"
+    keys_dir.mkdir()
+    p = run(two_rank_cmd(data, out, 6), **{DEBUG_KEYS_ENV: keys_dir})
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    return data, out, keys_dir
+
+
+def test_two_ranks_zero2_disjoint_equal_loss_falls(two_rank_run):
+    _, out, keys_dir = two_rank_run
+    # 35 // 2 = 17 per rank -> 8 micro batches of 2 per epoch = 4 steps (accum 2 on 2 ranks)
+    seen = {r: defaultdict(list) for r in (0, 1)}
+    for r in (0, 1):
+        for line in (keys_dir / f"keys_rank{r}.txt").read_text().splitlines():
+            step, key = line.split("\t")
+            seen[r][(int(step) - 1) // 4].append(key)
+    for epoch in (0, 1):
+        a, b = seen[0][epoch], seen[1][epoch]
+        assert len(a) == len(b) == (16 if epoch == 0 else 8)  # equal steps on both ranks
+        assert len(set(a) | set(b)) == len(a) + len(b)  # disjoint ranks, no duplicate in the epoch
+    losses = [r["loss"] for r in records(out)]
+    assert len(losses) == 6 and sum(losses[-2:]) < sum(losses[:2]), losses
+    data_rec = records(out, "data")[0]
+    assert data_rec["skipped_count"] == 1 and data_rec["skipped_shards"][0].endswith("train-000005.tar")
+    ckpt = out / "checkpoints" / "step_00000006"
+    assert {f.name for f in ckpt.glob("zero_pp_rank_*")} == {"zero_pp_rank_0_mp_rank_00_optim_states.pt",
+                                                            "zero_pp_rank_1_mp_rank_00_optim_states.pt"}
+    assert {f.name for f in ckpt.glob("rng_rank*.json")} == {"rng_rank0.json", "rng_rank1.json"}
+    assert ck.CheckpointMeta.read(ckpt).data_position == {"epoch": 1, "batch": 4}
+
+
+@pytest.mark.slow
+def test_two_ranks_rerun_resumes_from_latest(two_rank_run):
+    data, out, keys_dir = two_rank_run
+    p = run(two_rank_cmd(data, out, 8), **{DEBUG_KEYS_ENV: keys_dir})
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert "resumed from" in p.stdout + p.stderr and "step_00000006 (step 6" in p.stdout + p.stderr
+    assert [r["step"] for r in records(out)] == list(range(1, 9))
+    assert ck.CheckpointMeta.read(ck.find_latest(out)).data_position == {"epoch": 2, "batch": 0}
+    # the resumed steps read the rest of epoch 1: still disjoint from what ranks read before
+    for epoch_steps in ((5, 6, 7, 8),):
+        keys = [line.split("\t")[1] for r in (0, 1)
+                for line in (keys_dir / f"keys_rank{r}.txt").read_text().splitlines()
+                if int(line.split("\t")[0]) in epoch_steps]
+        assert len(keys) == 32 and len(set(keys)) == 32
+
+
+def test_deepspeed_config_owns_batch_clip_and_precision():
+    from electra.config import load_config
+    from electra.distributed import deepspeed_config
+
+    cfg = load_config(REPO / "electra/configs/small.json", ["train.precision=fp32", "optimizer.grad_clip=0.5"])
+    ds = deepspeed_config(cfg, world_size=2)
+    assert (ds["train_batch_size"], ds["train_micro_batch_size_per_gpu"], ds["gradient_accumulation_steps"]) == (128, 32, 2)
+    assert ds["gradient_clipping"] == 0.5 and not ds["bf16"]["enabled"] and not ds["fp16"]["enabled"]
+    assert ds["zero_optimization"]["stage"] == cfg.deepspeed["zero_optimization"]["stage"]
+    assert deepspeed_config(load_config(REPO / "electra/configs/small.json"), 1)["bf16"]["enabled"]
+    with pytest.raises(ValueError, match="not a multiple of micro batch 32 x 3 ranks"):
+        deepspeed_config(cfg, world_size=3)
+
+
+def test_metrics_truncated_to_the_resumed_step(tmp_path):
+    from electra.metrics_log import truncate_after
+
+    path = tmp_path / "metrics.jsonl"
+    lines = [json.dumps({"kind": "train", "step": s, "loss": float(s)}) for s in range(1, 8)]
+    path.write_text("\n".join(lines) + '\n{"kind": "train", "st')  # the kill cut the last line
+    truncate_after(path, 4)
+    assert [json.loads(x)["step"] for x in path.read_text().splitlines()] == [1, 2, 3, 4]
+
+
+def test_peak_flops_table_and_override():
+    from electra.metrics_log import peak_flops, train_record
+
+    assert peak_flops("bf16", 1e15) == 1e15
+    assert peak_flops("bf16") > peak_flops("fp32") > 0
+    rec = train_record(3, {"loss": 1.0}, tokens=1000, seconds=2.0, lr=1e-4, grad_norm=0.5,
+                       flops_per_token=1e9, peak=1e12, world_size=2)
+    assert rec["tokens_per_sec"] == 500 and rec["mfu"] == pytest.approx(500 * 1e9 / 2e12)
+
+
+def test_precision_fallback_only_off_gpu():
+    from electra.distributed import effective_precision
+
+    assert effective_precision("fp32") == "fp32"
+    got = effective_precision("bf16")
+    if torch.cuda.is_available():
+        assert got == "bf16"
+    else:
+        flags = Path("/proc/cpuinfo").read_text()
+        assert got == ("bf16" if "amx_bf16" in flags or "avx512_bf16" in flags else "fp32")
+        assert effective_precision("fp16") == "fp32"

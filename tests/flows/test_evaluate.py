@@ -1,0 +1,207 @@
+"""End-to-end evaluation flows from a tiny randomly initialised HF export, under a test Prefect.
+
+One module-scoped evaluation (SST-2 keyword task a tiny model can learn, MNLI with test files and
+AX, STS-B, SQuAD 2.0) is shared by the assertions; the scanner test uses a run folder of two
+checkpoints. Sizes are tiny: the whole module runs in about a minute on two busy cores.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from electra.finetune import report
+from electra.finetune.predictions import read_predictions, recompute_metrics
+from tests.electra.finetune.glue_files import (sentence, squad_json, write,
+                                               write_keyword_sst2, write_task)
+from tests.electra.finetune.tiny_model import tiny_export, train_tokenizer
+
+LEARN_BAR = 85.0  # SST-2-format keyword task: chance is 50 %
+
+
+@pytest.fixture(scope="module")
+def prefect_harness():
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=120):
+        yield
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    root = tmp_path_factory.mktemp("eval")
+    tok = train_tokenizer(root / "tok")
+    export = tiny_export(root / "hf", tokenizer_dir=tok)
+    glue = root / "glue"
+    write_keyword_sst2(glue, n_train=200, n_dev=100, n_test=8)
+    write_task(glue, "MNLI", n_train=24, n_dev=9, n_test=5)
+    write(glue / "diagnostic" / "diagnostic.tsv", ["index\tsentence1\tsentence2", "0\ta b\tc",
+                                                  "1\td\te f"])
+    write(glue / "WNLI" / "test.tsv", ["index\tsentence1\tsentence2", "0\tx y\tz", "1\tu\tv"])
+    import random
+    rng = random.Random(3)
+    stsb = ["\t".join("index genre filename year old_index source1 source2 sentence1 "
+                      "sentence2 score".split())]
+    stsb += [f"{i}\tg\tf\t2012\t{i}\tnone\tnone\t{sentence(rng)}\t{sentence(rng)}\t"
+             f"{(i * 0.37) % 5:.3f}" for i in range(24)]
+    write(glue / "STS-B" / "train.tsv", stsb)
+    write(glue / "STS-B" / "dev.tsv", stsb[:13])
+    squad = root / "squad"
+    squad_json(squad / "train-v2.0.json", version="2.0", n_paragraphs=4, impossible_every=3)
+    squad_json(squad / "dev-v2.0.json", version="2.0", n_paragraphs=2, seed=1, impossible_every=3)
+    return {"root": root, "export": export, "glue": glue, "squad": squad}
+
+
+# Tiny-model settings (the paper's lr is for 14M+ parameters); 1 thread: see recipe.num_threads.
+RECIPE = {"lr": 6e-3, "epochs": 4, "batch_size": 16, "max_seq_len": 32, "squad_max_len": 48,
+          "squad_doc_stride": 16, "squad_max_query": 8, "num_threads": 1}
+
+
+@pytest.fixture(scope="module")
+def evaluated(tiny, prefect_harness):
+    from flows.evaluate import evaluate
+
+    out = tiny["root"] / "out"
+    results = evaluate(checkpoint=str(tiny["export"]), out=str(out), glue_dir=str(tiny["glue"]),
+                       tasks="SST-2,MNLI,STS-B", squad_dir=str(tiny["squad"]),
+                       squad_version="2.0", seeds=3, recipe=RECIPE)
+    return out, results
+
+
+def test_outputs_exist_and_scores_recompute(evaluated):
+    out, results = evaluated
+    assert report.read_results(out) == json.loads(json.dumps(results))
+    assert set(results["tasks"]) == {"SST-2", "MNLI", "STS-B", "SQuAD2.0"}
+    for name, task in results["tasks"].items():
+        assert [s["seed"] for s in task["seeds"]] == [0, 1, 2]
+        for seed in task["seeds"]:
+            path = out / seed["predictions"]
+            assert path.is_file() and path.parent.name == name
+            rows = read_predictions(path)
+            assert all(r["id"] for r in rows) and len({(r["split"], r["id"]) for r in rows}) == len(rows)
+            assert recompute_metrics(name, path) == pytest.approx(seed["metrics"])
+        for metric, median in task["median"].items():
+            values = sorted(s["metrics"][metric] for s in task["seeds"])
+            assert median == pytest.approx(values[1])
+    assert set(results["tasks"]["MNLI"]["median"]) == {"accuracy_m", "accuracy_mm"}
+    assert results["tasks"]["STS-B"]["num_train"] == 2 * 24  # both sentence orders
+    assert results["tasks"]["MNLI"]["num_eval"] == {"dev_matched": 9, "dev_mismatched": 9}
+    assert {"exact", "f1", "best_exact", "best_f1"} <= set(results["tasks"]["SQuAD2.0"]["median"])
+    assert (out / "report.html").is_file() and (out / "seeds.png").stat().st_size > 1000
+    html = (out / "report.html").read_text()
+    assert "SST-2" in html and "seeds.png" in html
+    primaries = [results["tasks"][t]["median"][results["tasks"][t]["primary"]]
+                 for t in ("SST-2", "MNLI", "STS-B")]
+    assert results["glue_average"] == pytest.approx(sum(primaries) / 3)
+
+
+def test_markdown_artifact_published(evaluated):
+    import httpx
+    from prefect.settings import PREFECT_API_URL
+
+    # Plain REST: prefect 3.8.8's client sends null for omitted filter fields, which its own
+    # server rejects (422).
+    response = httpx.post(f"{PREFECT_API_URL.value()}/artifacts/filter",
+                          json={"artifacts": {"key": {"any_": ["electra-eval"]}}})
+    response.raise_for_status()
+    arts = response.json()
+    assert arts and "| SST-2 | accuracy |" in arts[0]["data"] and arts[0]["type"] == "markdown"
+
+
+def test_tiny_model_learns_the_keyword_task(evaluated):
+    _, results = evaluated
+    sst2 = results["tasks"]["SST-2"]
+    assert sst2["median"]["accuracy"] >= LEARN_BAR, sst2
+
+
+def test_glue_submission_files(evaluated):
+    out, results = evaluated
+    sub = out / "glue_submission"
+    assert sorted(p.name for p in sub.iterdir()) == [
+        "AX.tsv", "MNLI-m.tsv", "MNLI-mm.tsv", "SST-2.tsv", "WNLI.tsv"]
+    lines = (sub / "SST-2.tsv").read_text().splitlines()
+    assert lines[0] == "index\tprediction" and len(lines) == 1 + 8
+    assert {ln.split("\t")[1] for ln in lines[1:]} <= {"0", "1"}
+    ax = (sub / "AX.tsv").read_text().splitlines()[1:]
+    assert [ln.split("\t")[0] for ln in ax] == ["0", "1"]
+    assert {ln.split("\t")[1] for ln in ax} <= {"entailment", "neutral", "contradiction"}
+    assert {ln.split("\t")[1] for ln in (sub / "WNLI.tsv").read_text().splitlines()[1:]} <= {"0", "1"}
+    assert len((sub / "MNLI-mm.tsv").read_text().splitlines()) == 1 + 5
+
+
+def _make_run(root: Path, export: Path, steps: list[int]) -> Path:
+    import shutil
+
+    run = root / "runs" / "run1"
+    for step in steps:
+        d = run / "checkpoints" / f"step_{step:08d}"
+        shutil.copytree(export, d / "hf")
+        (d / "meta.json").write_text(json.dumps({"step": step, "tokens_seen": step * 100}))
+    (run / "metrics.jsonl").write_text("".join(
+        json.dumps({"step": s, "loss": 10.0 / s, "gen_loss": 5.0 / s}) + "\n"
+        for s in range(1, 25)))
+    return run
+
+
+def test_evaluate_new_checkpoints_is_idempotent(tiny, prefect_harness):
+    from flows.evaluate import evaluate_new_checkpoints
+
+    run = _make_run(tiny["root"], tiny["export"], [10, 20])
+    (run / "checkpoints" / "step_00000030").mkdir()  # incomplete: no meta.json, never evaluated
+    corrupt = run / "checkpoints" / "step_00000005"
+    corrupt.mkdir()
+    (corrupt / "meta.json").write_text("{")  # unreadable: skipped with its reason, not fatal
+    kwargs = dict(runs=str(run.parent), glue_dir=str(tiny["glue"]), tasks="SST-2", seeds=1,
+                  recipe={"epochs": 1, "max_train_examples": 40, "max_eval_examples": 20,
+                          "num_threads": 1})
+    first = evaluate_new_checkpoints(**kwargs)
+    assert [Path(p).name for p in first["evaluated"]] == ["step_00000010", "step_00000020"]
+    assert list(first["skipped"]) == [str(corrupt)]
+    assert "unreadable checkpoint meta" in first["skipped"][str(corrupt)]
+    latest = run / "eval" / "step_00000020"
+    res = report.read_results(latest)
+    assert res["step"] == 20 and res["checkpoint_meta"]["tokens_seen"] == 2000
+    assert (latest / "checkpoints.png").stat().st_size > 1000  # loss beside scores by step
+    stamp = (latest / "results.json").stat().st_mtime_ns
+    again = evaluate_new_checkpoints(**kwargs)
+    assert again["evaluated"] == [] and list(again["skipped"]) == [str(corrupt)]
+    assert (latest / "results.json").stat().st_mtime_ns == stamp
+
+
+def test_cli_unknown_task_lists_known_ones(tiny, prefect_harness):
+    from electra.finetune.glue_tasks import GlueDataError
+    from flows.evaluate import main
+
+    with pytest.raises(GlueDataError, match="known tasks: CoLA, SST-2"):
+        main(["--checkpoint", str(tiny["export"]), "--glue-dir", str(tiny["glue"]),
+              "--tasks", "CoLA,SST-3", "--out", str(tiny["root"] / "bad")])
+
+
+def test_missing_task_folder_fails_before_fine_tuning(tiny, prefect_harness):
+    from electra.finetune.glue_tasks import GlueDataError
+    from flows.evaluate import main
+
+    out = tiny["root"] / "missing"
+    with pytest.raises(GlueDataError, match=r"RTE.*task folder missing; expected RTE/ with "
+                                            r"train\.tsv, dev\.tsv"):
+        main(["--checkpoint", str(tiny["export"]), "--glue-dir", str(tiny["glue"]),
+              "--tasks", "SST-2,RTE", "--out", str(out)])
+    assert not (out / "predictions").exists()  # nothing was fine-tuned
+
+
+def test_cli_surface_is_frozen():
+    """Outside scripts call these flags; adding or renaming one is a deliberate act."""
+    from flows.evaluate import build_parser, recipe_overrides
+
+    parser = build_parser()
+    flags = sorted(o for a in parser._actions for o in a.option_strings if o.startswith("--"))
+    assert flags == sorted([
+        "--help", "--checkpoint", "--out", "--glue-dir", "--tasks", "--squad-dir",
+        "--squad-version", "--seeds", "--size", "--lr", "--layerwise-lr-decay", "--llrd-variant",
+        "--epochs", "--batch-size", "--max-seq-len", "--max-train-examples",
+        "--max-eval-examples", "--precision", "--device", "--threads", "--deepspeed"])
+    args = parser.parse_args(["--checkpoint", "c", "--out", "o", "--lr", "1e-4", "--threads",
+                              "1", "--llrd-variant", "corrected", "--deepspeed"])
+    assert recipe_overrides(args) == {"lr": 1e-4, "num_threads": 1,
+                                      "llrd_variant": "corrected", "deepspeed": True}
