@@ -80,7 +80,8 @@ class Theirs:
         self.gen = tf.ElectraForMaskedLM(tf.ElectraConfig(hidden_size=g.hidden_size, num_attention_heads=g.num_heads,
                                                           intermediate_size=g.intermediate_size, **common))
         self.disc = tf.ElectraForPreTraining(tf.ElectraConfig(
-            hidden_size=m.hidden_size, num_attention_heads=m.num_heads, intermediate_size=m.intermediate_size, **common))
+            hidden_size=m.hidden_size, num_attention_heads=m.num_heads, intermediate_size=m.intermediate_size,
+            **common))
         self.gen.electra.embeddings = self.disc.electra.embeddings  # share the whole block
         self.gen.generator_lm_head.weight = self.disc.electra.embeddings.word_embeddings.weight
         self.params = list({id(p): p for p in [*self.gen.parameters(), *self.disc.parameters()]}.values())

@@ -27,6 +27,7 @@ import logging
 import random
 import shutil
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -203,3 +204,62 @@ class _SafeLoad:
 def install_safe_loader(engine) -> None:
     if not isinstance(engine.checkpoint_engine, _SafeLoad):
         engine.checkpoint_engine = _SafeLoad(engine.checkpoint_engine)
+
+
+@contextmanager
+def _weights_only_loads():
+    """Make every ``torch.load`` inside (e.g. DeepSpeed's zero_to_fp32) use ``weights_only=True``."""
+    original = torch.load
+
+    def safe(f, *args, **kwargs):
+        kwargs["weights_only"] = True
+        with torch.serialization.safe_globals(_safe_globals()):
+            return original(f, *args, **kwargs)
+
+    torch.load = safe
+    try:
+        yield
+    finally:
+        torch.load = original
+
+
+def checkpoint_state_dict(step_dir: str | Path) -> dict[str, torch.Tensor]:
+    """The wrapped module's full fp32 state dict from a DeepSpeed checkpoint directory.
+
+    With ZeRO (any stage) the fp32 master weights live partitioned in the optimiser files and
+    DeepSpeed's ``zero_to_fp32`` gathers them; without ZeRO the model-states file holds them whole.
+    """
+    step_dir = Path(step_dir)
+    with _weights_only_loads():
+        if list(step_dir.glob("*zero_pp_rank_*optim_states.pt")):
+            from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+
+            return get_fp32_state_dict_from_zero_checkpoint(str(step_dir.parent), tag=step_dir.name)
+        states = sorted(step_dir.glob("mp_rank_*_model_states.pt"))
+        if not states:
+            raise FileNotFoundError(f"{step_dir}: no DeepSpeed model states (mp_rank_*_model_states.pt)")
+        return {k: v.float() for k, v in torch.load(states[0], map_location="cpu")["module"].items()}
+
+
+def export_checkpoint(step_dir: str | Path, out_dir: str | Path) -> Path:
+    """Export any complete checkpoint of a run as ``out_dir/{discriminator,generator}`` (HF format).
+
+    Needs the run's ``config.json`` (written by the trainer at start) and uses the run's copy of
+    the corpus tokenizer (``RUN/tokenizer``) when present.
+    """
+    from electra.config import ElectraConfig
+    from electra.hf_export import export_hf
+    from electra.model import ElectraForPretraining
+
+    step_dir = Path(step_dir)
+    if not is_complete(step_dir):
+        raise FileNotFoundError(f"{step_dir}: not a complete checkpoint (no {META})")
+    run_dir = step_dir.parent.parent
+    cfg = ElectraConfig.from_dict(json.loads((run_dir / "config.json").read_text()))
+    model = ElectraForPretraining(cfg.model)
+    prefix = "model."  # the engine wraps ElectraObjective, which holds the model as .model
+    state = {k[len(prefix):]: v for k, v in checkpoint_state_dict(step_dir).items() if k.startswith(prefix)}
+    model.load_state_dict(state, strict=True)
+    tokenizer_dir = run_dir / "tokenizer"
+    export_hf(model, cfg.model, out_dir, tokenizer_dir=tokenizer_dir if tokenizer_dir.is_dir() else None)
+    return Path(out_dir)

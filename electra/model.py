@@ -13,10 +13,10 @@ Shape of the model (Clark et al. 2020; docs/electra-reference.md §3):
 - ``DiscriminatorHead``: dense(H -> H) -> GELU -> dense(H -> 1).
 
 Hidden dropout is ``Dropout`` below, not ``nn.Dropout``: the same distribution (keep with
-probability 1 - p, scale by 1 / (1 - p)) but its mask comes from ``torch.rand(...) >= p`` and is
-saved as a bool tensor, which on the CPU is about twice as fast as ``F.dropout``'s ``bernoulli_``
-path (fwd + bwd of a 4096 x 256 tensor: 18 vs 36 ms) and keeps 1 byte per element instead of 4
-for backward. Randomness still comes from torch's global generator, so runs stay resumable.
+probability 1 - p, scale by 1 / (1 - p)) but its scaled mask is built in place from
+``torch.rand(...)`` (``ge_``, ``mul_``), which on the CPU is about twice as fast as ``F.dropout``'s
+``bernoulli_`` path (fwd + bwd of a 4096 x 256 fp32 tensor: ~18-23 vs ~36 ms). Randomness still
+comes from torch's global generator, so runs stay resumable.
 Attention dropout stays inside SDPA (a hand-written attention with the fast mask was no faster).
 
 Speed choices, all numerically equivalent to the Hugging Face ``transformers`` classes (the export
@@ -38,19 +38,19 @@ from electra.config import ModelConfig
 class _DropoutFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: torch.Tensor, p: float) -> torch.Tensor:
-        keep = torch.rand(x.shape, device=x.device) >= p
-        ctx.save_for_backward(keep)
-        ctx.scale = 1.0 / (1.0 - p)
-        return x * keep * ctx.scale
+        # 0 or 1/(1-p), built in place in the uniform buffer: rand, ge_, mul_ and one multiply.
+        scale = torch.rand(x.shape, device=x.device).ge_(p).mul_(1.0 / (1.0 - p)).to(x.dtype)
+        ctx.save_for_backward(scale)
+        return x * scale
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
-        (keep,) = ctx.saved_tensors
-        return grad * keep * ctx.scale, None
+        (scale,) = ctx.saved_tensors
+        return grad * scale, None
 
 
 class Dropout(nn.Module):
-    """Inverted dropout with a ``torch.rand`` bool mask (see the module docstring)."""
+    """Inverted dropout with a mask built in place from ``torch.rand`` (see the module docstring)."""
 
     def __init__(self, p: float):
         super().__init__()

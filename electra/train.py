@@ -117,6 +117,10 @@ class Trainer:
             ckpt.clean_incomplete(self.run_dir)
             for name, obj in (("config.json", self.cfg.to_dict()), ("deepspeed_config.json", self.ds_config)):
                 atomic_write_bytes(self.run_dir / name, (json.dumps(obj, indent=2) + "\n").encode())
+            # The run keeps its own copy of the tokenizer so any checkpoint can be exported later
+            # (electra.checkpoint.export_checkpoint) without the corpus at hand.
+            for f in sorted((self.corpus.root / TOKENIZER_DIR).iterdir()):
+                atomic_write_bytes(self.run_dir / TOKENIZER_DIR / f.name, f.read_bytes())
         D.barrier()
         self.engine = self._build_engine()
         self._plans: dict[str, sdata.StreamPlan] = {}

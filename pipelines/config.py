@@ -75,6 +75,9 @@ class PackConfig:
     single_segment_prob: float = 0.10
     short_seq_prob: float = 0.05
     short_seq_min: int = 5
+    # A line longer than a whole example is split into example-sized pieces instead of being
+    # truncated to one example as in the original code (which loses the rest of the line).
+    split_long_lines: bool = True
     validation_fraction: float = 0.01
     seed: int = 12345
 

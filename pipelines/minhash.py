@@ -47,18 +47,24 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pipelines import minhash_numpy
 from pipelines.config import DedupConfig
+
+try:
+    import numba
+except ImportError:  # pragma: no cover - numba is a declared dependency; numpy path still works
+    numba = None
 
 MERSENNE = (1 << 61) - 1
 EMPTY = np.uint64((1 << 64) - 1)  # signature value of a document without a single word
 WORD_BASE = 0x100000001B3  # odd, so powers never collapse to 0 mod 2**64
 SHINGLE_BASE = 0x9E3779B97F4A7C15
-_CHUNK = 1024  # shingles per permutation block: (1024 x 112) uint64 = 0.9 MB, stays in L2
 _SLICE_CHARS = 4 << 20  # characters of text hashed at once (bounds the byte-level arrays)
 
 _P = np.uint64(MERSENNE)
-_M31 = np.uint64((1 << 31) - 1)
-_U31, _U30, _U61 = np.uint64(31), np.uint64(30), np.uint64(61)
+_U61 = np.uint64(61)
+# Which permutation/min kernel ``signatures_from_shingles`` uses by default.
+BACKEND = "numba" if numba is not None else "numpy"
 
 
 def _byte_table() -> np.ndarray:
@@ -186,60 +192,66 @@ def _mod_p(x: np.ndarray) -> np.ndarray:
     return np.minimum(x, x - _P)  # x - p wraps around to a huge value when x < p
 
 
-class _Kernel:
-    """Preallocated buffers for ``min_k (a_k*h + b_k) mod p`` over chunks of shingles."""
+def _split_perms(perms: Permutations) -> tuple[np.ndarray, np.ndarray]:
+    """``a`` as 32-bit halves (uint32 arrays, so the compiled loop knows they fit in 32 bits)."""
+    return ((perms.a & np.uint64(0xFFFFFFFF)).astype(np.uint32),
+            (perms.a >> np.uint64(32)).astype(np.uint32))
 
-    def __init__(self, perms: Permutations, chunk: int = _CHUNK):
-        self.a0 = perms.a & _M31
-        self.a1 = perms.a >> _U31
-        self.a1x2 = self.a1 << np.uint64(1)
-        self.b = perms.b
-        shape = (chunk, len(perms.a))
-        self.s, self.t, self.mid = (np.empty(shape, np.uint64) for _ in range(3))
 
-    def permute(self, h: np.ndarray) -> np.ndarray:
-        """``(a*h + b) mod p`` for a chunk of hashes ``h < p``: shape (len(h), num_perm)."""
-        m = len(h)
-        s, t, mid = self.s[:m], self.t[:m], self.mid[:m]
-        h0 = (h & _M31)[:, None]
-        h1 = (h >> _U31)[:, None]
-        np.multiply(h0, self.a0, out=s)        # a0*h0 < 2**62
-        np.multiply(h0, self.a1, out=mid)
-        np.multiply(h1, self.a0, out=t)
-        mid += t                               # a1*h0 + a0*h1 < 2**62
-        np.multiply(h1, self.a1x2, out=t)      # a1*h1*2**62 = 2*a1*h1 (mod p)
-        s += t
-        np.right_shift(mid, _U30, out=t)       # mid*2**31 = (mid >> 30) + low 30 bits << 31
-        s += t
-        mid <<= _U31
-        mid &= _P
-        s += mid
-        s += self.b                            # total < 2**62 + 3*2**61 + 2**32 < 2**64
-        np.right_shift(s, _U61, out=t)
-        s &= _P
-        s += t                                 # <= p + 7
-        np.subtract(s, _P, out=t)
-        np.minimum(s, t, out=s)
-        return s
+if numba is not None:
+    _K_P = np.uint64(MERSENNE)
+    _K_M32, _K_M29 = np.uint64((1 << 32) - 1), np.uint64((1 << 29) - 1)
+    _K_3, _K_29, _K_32, _K_61 = np.uint64(3), np.uint64(29), np.uint64(32), np.uint64(61)
+
+    @numba.njit(cache=True, nogil=True)
+    def _min_permuted(h, docs, a_lo, a_hi, b, out):  # pragma: no cover - compiled
+        """``out[d, k] = min(out[d, k], (a_k*h_i + b_k) mod p)`` for every shingle i of doc d.
+
+        Shingle-major, permutations innermost (contiguous rows: the loop vectorises). With
+        ``a = ahi*2**32 + alo``, ``h = hhi*2**32 + hlo`` (``ahi, hhi < 2**29``) and ``2**61 = 1``:
+        ``a*h = 8*ahi*hhi + mid*2**32 + alo*hlo`` where ``mid = ahi*hlo + alo*hhi < 2**62`` and
+        ``mid*2**32 = (mid >> 29) + ((mid & (2**29-1)) << 32)``; ``alo*hlo < 2**64`` folds to
+        ``(lo & p) + (lo >> 61)``. Sum + b < 2**63 + 2**34; one fold and one conditional
+        subtract give the exact residue.
+        """
+        for i in range(h.shape[0]):
+            x = h[i]
+            hlo = x & _K_M32
+            hhi = x >> _K_32
+            row = out[docs[i]]
+            for k in range(row.shape[0]):
+                alo = np.uint64(a_lo[k])
+                ahi = np.uint64(a_hi[k])
+                mid = ahi * hlo + alo * hhi
+                lo = alo * hlo
+                s = ((ahi * hhi) << _K_3) + (mid >> _K_29) + ((mid & _K_M29) << _K_32)
+                s = s + (lo & _K_P) + (lo >> _K_61) + b[k]
+                s = (s & _K_P) + (s >> _K_61)  # <= p + 4
+                s = min(s, s - _K_P)  # s - p wraps around to a huge value when s < p
+                row[k] = min(row[k], s)
 
 
 def signatures_from_shingles(h: np.ndarray, docs: np.ndarray, n_docs: int,
-                             perms: Permutations) -> np.ndarray:
-    """Per-document minimum over its shingles (``h`` sorted by ``docs``); EMPTY where none."""
+                             perms: Permutations, backend: str | None = None) -> np.ndarray:
+    """Per-document minimum over its shingles (``h < p``, sorted by ``docs``); EMPTY where none.
+
+    ``backend``: "numba" (fused compiled kernel) or "numpy" (fallback); default ``BACKEND``.
+    """
+    backend = backend or BACKEND
+    if backend == "numpy":
+        return minhash_numpy.signatures(h, docs, n_docs, perms.a, perms.b)
+    if backend != "numba" or numba is None:
+        raise ValueError(f"unknown or unavailable MinHash backend {backend!r}")
     out = np.full((n_docs, len(perms.a)), EMPTY, dtype=np.uint64)
-    kernel = _Kernel(perms)
-    for lo in range(0, len(h), _CHUNK):
-        hi = min(lo + _CHUNK, len(h))
-        vals = kernel.permute(h[lo:hi])
-        d = docs[lo:hi]
-        seg = np.flatnonzero(np.diff(d, prepend=-1))
-        mins = np.minimum.reduceat(vals, seg, axis=0)
-        rows = d[seg]
-        out[rows] = np.minimum(out[rows], mins)  # a doc may continue from the previous chunk
+    a_lo, a_hi = _split_perms(perms)
+    _min_permuted(np.ascontiguousarray(h, dtype=np.uint64),
+                  np.ascontiguousarray(docs, dtype=np.int64), a_lo, a_hi,
+                  np.ascontiguousarray(perms.b, dtype=np.uint64), out)
     return out
 
 
-def minhash_signatures(texts: list[str], cfg: DedupConfig) -> np.ndarray:
+def minhash_signatures(texts: list[str], cfg: DedupConfig,
+                       backend: str | None = None) -> np.ndarray:
     """MinHash signatures, uint64 of shape (len(texts), bands*rows); deterministic given cfg.seed.
 
     Texts are processed in slices of about ``_SLICE_CHARS`` characters: the byte-level arrays
@@ -256,7 +268,7 @@ def minhash_signatures(texts: list[str], cfg: DedupConfig) -> np.ndarray:
             size += len(texts[hi])
             hi += 1
         h, docs = shingle_hashes(texts[lo:hi], cfg.ngram)
-        out[lo:hi] = signatures_from_shingles(h, docs, hi - lo, perms)
+        out[lo:hi] = signatures_from_shingles(h, docs, hi - lo, perms, backend)
         lo = hi
     return out
 

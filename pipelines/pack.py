@@ -19,8 +19,8 @@ The algorithm is ELECTRA's ``build_pretraining_dataset.py`` (``ExampleBuilder``)
 4. Layout ``[CLS] A [SEP] B [SEP]`` (no second ``[SEP]`` when B is empty); segment ids 0 for
    CLS, A and the first SEP, 1 for B and its SEP.
 
-One deliberate improvement (``split_long_lines``, on by default; read from the config when the
-field exists): the original appends a line whole, so a line longer than an example (a paragraph
+One deliberate improvement (``PackConfig.split_long_lines``, on by default; off reproduces the
+original): the original appends a line whole, so a line longer than an example (a paragraph
 or a document without line breaks) is cut to ``L-2`` tokens and the rest of it is lost — a
 10,000-token one-line document yields one example. Here a line with more than ``L - 3`` tokens
 is fed in pieces of at most A's target, the last piece cut so the buffer reaches the target
@@ -149,10 +149,9 @@ def pack_document(token_lines: list[list[int]], rng: random.Random, cfg: PackCon
                   ) -> list[tuple[list[int], list[int]]]:
     """All examples of one document, as (input_ids, segment_ids) lists, in document order.
 
-    ``split_long_lines`` None means ``cfg.split_long_lines`` when the config has that field,
-    else True (see the module docstring).
+    ``split_long_lines`` None means ``cfg.split_long_lines`` (see the module docstring).
     """
-    split_long = getattr(cfg, "split_long_lines", True) if split_long_lines is None else split_long_lines
+    split_long = cfg.split_long_lines if split_long_lines is None else split_long_lines
     max_piece = cfg.seq_len - 3
     builder = _Builder(rng, cfg, special)
     for line in token_lines:

@@ -247,3 +247,19 @@ def test_tiny_model_overfits_a_fixed_batch():
     assert first.gen_loss.item() > 3.0 and first.disc_loss.item() > 0.5
     assert out.gen_loss.item() < 0.05 and out.disc_loss.item() < 0.02
     assert out.gen_acc.item() == 1.0 and out.disc_acc.item() > 0.99 and out.replaced_frac.item() == 1.0
+
+
+def test_step_under_bf16_autocast_is_finite_and_samples_in_fp32():
+    torch.manual_seed(0)
+    obj = ElectraObjective(tiny_model(), ObjectiveConfig(), SP, seq_len=32)
+    ids = batch([32, 20], 32)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = obj(ids, torch.zeros_like(ids, dtype=torch.uint8))
+    assert out.loss.dtype == torch.float32 and torch.isfinite(out.loss)
+    out.loss.backward()
+    assert model_grads_finite(obj)
+
+
+def model_grads_finite(module: torch.nn.Module) -> bool:
+    grads = [p.grad for p in module.parameters() if p.grad is not None]
+    return len(grads) > 0 and all(torch.isfinite(g).all() for g in grads)

@@ -261,3 +261,31 @@ def test_precision_fallback_only_off_gpu():
         flags = Path("/proc/cpuinfo").read_text()
         assert got == ("bf16" if "amx_bf16" in flags or "avx512_bf16" in flags else "fp32")
         assert effective_precision("fp16") == "fp32"
+
+
+def _disc_logits(model_dir):
+    from transformers import ElectraForPreTraining
+
+    hf = ElectraForPreTraining.from_pretrained(model_dir).eval()
+    ids = torch.tensor([[2, 17, 40, 99, 3, 55, 61, 3]])
+    with torch.no_grad():
+        return hf(input_ids=ids, token_type_ids=torch.zeros_like(ids)).logits
+
+
+def test_export_checkpoint_of_the_final_step_equals_the_run_export(baseline, tmp_path):
+    step = ck.find_latest(baseline)
+    out = ck.export_checkpoint(step, tmp_path / "exp")
+    assert (out / "discriminator" / "tokenizer.json").is_file()  # the run's own tokenizer copy
+    assert torch.allclose(_disc_logits(out / "discriminator"), _disc_logits(baseline / "hf" / "discriminator"),
+                          atol=1e-6)
+
+
+def test_export_checkpoint_gathers_zero2_partitions(two_rank_run, tmp_path):
+    _, out, _ = two_rank_run
+    step = out / "checkpoints" / "step_00000006"
+    state = ck.checkpoint_state_dict(step)
+    assert all(v.dtype == torch.float32 and v.numel() > 0 for v in state.values())
+    exported = ck.export_checkpoint(step, tmp_path / "exp")
+    assert torch.isfinite(_disc_logits(exported / "discriminator")).all()
+    with pytest.raises(FileNotFoundError, match="not a complete checkpoint"):
+        ck.export_checkpoint(tmp_path, tmp_path / "x")

@@ -1,0 +1,100 @@
+"""Corpus-pipeline figures, each beside its baseline in one run.
+
+1. tokenize+pack (``pipelines.pack.ExamplePacker``) vs raw ``tokenizers`` ``encode_batch`` on the
+   same text (goal >= 0.8x);
+2. MinHash signatures (``pipelines.minhash``) vs a ``datasketch`` ``update_batch`` loop, one core
+   (goals >= 5x and >= 0.8 MB/s per core);
+3. the whole pipeline (ingest → filter → exact + near dedup → pack → shard; the tokenizer is
+   trained once beforehand so both runs pack with the same one) on Ray Data with 1 vs 2 CPUs
+   (goal >= 1.7x). Each run starts from an empty work folder.
+
+    python benchmarks/corpus.py [--mb 8] [--pipeline-mb 6] [--input FILE]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks import corpus_minhash, corpus_pack  # noqa: E402
+from pipelines import build, synthetic  # noqa: E402
+from pipelines.config import CorpusConfig  # noqa: E402
+
+
+def _docs(mb: float, seed: int) -> list[str]:
+    return corpus_minhash.load_texts(None, mb, seed=seed)
+
+
+def pipeline_seconds(raw: Path, tokenizer_json: str, cpus: int, work: Path) -> tuple[float, dict]:
+    import ray
+
+    ray.shutdown()
+    build.init_ray(num_cpus=cpus)
+    cfg = CorpusConfig.from_dict({"tokenizer": {"pretrained": tokenizer_json}, "shard": {"min_shards_per_split": 8}})
+    files = [str(p) for p in sorted(raw.iterdir())]
+    start = time.perf_counter()
+    ing = build.ingest_stage(files, cfg, work)
+    flt = build.filter_stage(ing, cfg, work)
+    exa = build.exact_dedup_stage(flt, cfg, work)
+    near = build.near_dedup_stage(exa, cfg, work)
+    tok = build.tokenizer_stage(near, cfg, work)
+    packed = build.pack_stage(near, tok, cfg, work)
+    build.shard_stage(packed, cfg, work)
+    seconds = time.perf_counter() - start
+    ray.shutdown()
+    return seconds, {"stages": {s.name: s.stats.get("seconds") for s in (ing, flt, exa, near, tok, packed)}}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--mb", type=float, default=8.0, help="MB of text for the pack and MinHash figures")
+    p.add_argument("--pipeline-mb", type=float, default=6.0, help="MB of raw corpus for the 1-vs-2 CPU run")
+    p.add_argument("--skip", default="", help="comma list of parts to skip: pack,minhash,pipeline")
+    args = p.parse_args()
+    skip = set(filter(None, args.skip.split(",")))
+    results = {}
+    tmp = Path(tempfile.mkdtemp(prefix="corpus-bench-"))
+    try:
+        texts = _docs(args.mb, seed=0)
+        from pipelines.config import TokenizerConfig
+        from pipelines.tokenizer import train_tokenizer
+
+        train_tokenizer(texts[:2000], TokenizerConfig(vocab_size=30522), tmp / "tok")
+        tok_json = str(tmp / "tok" / "tokenizer.json")
+        if "pack" not in skip:
+            results["pack"] = corpus_pack.run(texts, tok_json)
+            r = results["pack"]
+            print(f"tokenize+pack {r['pack_mb_per_sec']:.2f} MB/s vs encode_batch {r['raw_mb_per_sec']:.2f} MB/s"
+                  f" -> {r['ratio']:.2f}x (goal >= 0.8x)", flush=True)
+        if "minhash" not in skip:
+            results["minhash"] = corpus_minhash.run(texts)
+            r = results["minhash"]
+            print(f"minhash {r['minhash_mb_s']:.2f} MB/s vs datasketch {r['datasketch_mb_s']:.2f} MB/s"
+                  f" -> {r['ratio']:.2f}x (goals >= 5x, >= 0.8 MB/s/core)", flush=True)
+        if "pipeline" not in skip:
+            n_docs = int(len(texts) * args.pipeline_mb / args.mb)
+            raw = synthetic.write_corpus(tmp / "raw", num_docs=n_docs, seed=5, num_files=8, bad_files=False)
+            mb = sum(f.stat().st_size for f in raw.iterdir()) / 1e6
+            t1, d1 = pipeline_seconds(raw, tok_json, 1, tmp / "work1")
+            t2, d2 = pipeline_seconds(raw, tok_json, 2, tmp / "work2")
+            results["pipeline"] = {"raw_mb_on_disk": round(mb, 2), "seconds_1cpu": round(t1, 2),
+                                   "seconds_2cpu": round(t2, 2), "mb_s_1cpu": round(mb / t1, 3),
+                                   "mb_s_2cpu": round(mb / t2, 3), "speedup": round(t1 / t2, 2),
+                                   "stages_1cpu": d1["stages"], "stages_2cpu": d2["stages"]}
+            r = results["pipeline"]
+            print(f"pipeline {r['mb_s_1cpu']:.3f} MB/s on 1 CPU vs {r['mb_s_2cpu']:.3f} MB/s on 2 CPUs"
+                  f" -> {r['speedup']:.2f}x (goal >= 1.7x)", flush=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

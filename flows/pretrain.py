@@ -1,0 +1,51 @@
+"""Prefect flow ``pretrain``: launch the DeepSpeed trainer on a corpus, then (optionally) queue
+evaluation of the checkpoints it wrote.
+
+The flow is thin by design: the trainer is the command ``deepspeed electra/train.py`` (or plain
+``python electra/train.py`` for one process), run as a subprocess so DeepSpeed's launcher owns
+its ranks exactly as on the command line. Rerunning the flow with the same ``out`` resumes from
+the run's ``latest`` checkpoint, which is the trainer's own behaviour.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from prefect import flow, get_run_logger
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def trainer_command(*, config: str, data: str, out: str, num_gpus: int | None, hostfile: str | None,
+                    max_steps: int | None, overrides: list[str]) -> list[str]:
+    if num_gpus is None and hostfile is None:
+        cmd = [sys.executable, "electra/train.py"]
+    else:
+        cmd = [str(Path(sys.executable).with_name("deepspeed"))]
+        cmd += ["--hostfile", hostfile] if hostfile else ["--num_gpus", str(num_gpus)]
+        cmd.append("electra/train.py")
+    cmd += ["--config", config, "--data", data, "--out", out]
+    if max_steps is not None:
+        cmd += ["--max-steps", str(max_steps)]
+    for o in overrides:
+        cmd += ["--set", o]
+    return cmd
+
+
+@flow(name="pretrain", log_prints=True)
+def pretrain(config: str, data: str, out: str, num_gpus: int | None = None, hostfile: str | None = None,
+             max_steps: int | None = None, overrides: list[str] | None = None,
+             evaluate_glue_dir: str | None = None, evaluate_tasks: str = "") -> str:
+    """Train (or resume) a run; returns the run directory."""
+    logger = get_run_logger()
+    cmd = trainer_command(config=config, data=data, out=out, num_gpus=num_gpus, hostfile=hostfile,
+                          max_steps=max_steps, overrides=overrides or [])
+    logger.info("$ %s", " ".join(cmd))
+    subprocess.run(cmd, check=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+    if evaluate_glue_dir:
+        from flows.evaluate import evaluate_new_checkpoints
+
+        evaluate_new_checkpoints(runs=str(Path(out).parent), glue_dir=evaluate_glue_dir, tasks=evaluate_tasks)
+    return out
