@@ -1,4 +1,4 @@
-"""MinHash signatures and LSH band keys, vectorised in numpy over a whole batch of documents.
+"""MinHash signatures and LSH band keys: numpy over whole batches, plus one numba kernel.
 
 Signature of a document = for each of ``num_perm`` permutations ``pi_k(h) = (a_k*h + b_k) mod p``
 (``p = 2**61 - 1``, the Mersenne prime datasketch and datatrove use) the minimum of ``pi_k`` over
@@ -21,19 +21,26 @@ Why it is fast (no Python per shingle or per word):
 2. Shingle hashes. ``n`` shifted multiply-adds over the word-hash array compute every n-gram's
    Horner polynomial at once (rolling arithmetic), again followed by ``fmix64``; n-grams that
    straddle two documents are masked out.
-3. Permutations. ``a*h`` is a 61x61-bit product; uint64 would overflow, so ``a`` and ``h`` are
-   split at bit 31 into halves below 2**31 / 2**30. The four partial products fit in 64 bits,
-   ``2**62 = 2 (mod p)`` and ``x*2**31 = (x >> 30) + ((x << 31) & p) (mod p)`` fold them, the sum
-   of all terms plus ``b`` stays below 2**64 and one Mersenne fold plus one conditional subtract
-   gives the exact residue. That is 17 vector operations per (shingle, permutation), done on
-   cache-sized chunks with preallocated buffers, and ``minimum.reduceat`` takes the per-document
-   minimum.
+3. Permutations and minimum: one fused compiled loop (numba, ``_min_permuted``), shingle-major
+   with the ``num_perm`` permutations innermost so LLVM vectorises it (AVX2: 4 lanes, 5
+   ``vpmuludq`` per 4 values). ``a*h`` is a 61x61-bit product; it is split into 32-bit halves,
+   whose partial products fit in uint64, and folded with ``2**61 = 1 (mod p)``: one Mersenne fold
+   ``(x & p) + (x >> 61)`` plus one conditional subtract gives the exact residue, and the
+   running per-document minimum is updated in place (no intermediate arrays).
+   ``pipelines.minhash_numpy`` is the numpy fallback (selected by ``BACKEND``, or when numba is
+   not installed): same values bit for bit, but 17 memory-bound vector passes per (shingle,
+   permutation).
 
-Measured (``python -m benchmarks.corpus_minhash``, one core of the shared 2-core dev box): 2-6
-MB/s, 1.5-2.6x a datasketch ``update_batch`` loop, the permutation kernel taking ~85% of the
-time at ~6 ns per (shingle, permutation). numpy cannot fuse the 17 passes, so each one streams
-the chunk through L2; a fused kernel (numba/C) or 31-bit multipliers ``a`` (13 passes, or 10 with
-a float64 quotient estimate) would be the next steps, both deliberately not taken here.
+Measured (``python -m benchmarks.corpus_minhash --mb 4 --repeats 2``, one core of the shared
+2-core dev box, under load): ~17.6 MB/s, 7.8x a datasketch ``update_batch`` loop (numpy
+fallback: 2-6 MB/s, 1.5-2.6x). The kernel costs ~2 ns per (shingle, permutation) there (the
+numpy passes ~6-25 ns) and is now ~40% of the time; the numpy word/shingle hashing is the rest.
+
+Trade-off of numba: importing it costs ~0.5 s, and the first call of the kernel in a process
+JIT-compiles it (~2 s). With ``cache=True`` the machine code is cached on disk (``__pycache__``
+next to this file, or numba's user cache dir when that is read-only; recompiled when this file
+changes), so later processes only load it (~1 s first call, mostly numba's own start-up). Each
+Ray worker pays this once. ``nogil=True`` lets threads run the kernel concurrently.
 
 Trade-offs: word hashing is byte-level, so Unicode whitespace and punctuation outside ASCII are
 word characters; normalisation upstream (NFC, whitespace) makes this rarely matter. Hash values
@@ -256,7 +263,8 @@ def minhash_signatures(texts: list[str], cfg: DedupConfig,
 
     Texts are processed in slices of about ``_SLICE_CHARS`` characters: the byte-level arrays
     cost ~20 bytes per input byte, so this bounds memory whatever the batch size. A document's
-    signature does not depend on the other documents of its batch or slice.
+    signature does not depend on the other documents of its batch or slice. ``backend``: see
+    ``signatures_from_shingles``.
     """
     texts = list(texts)
     perms = Permutations.from_config(cfg)

@@ -7,6 +7,10 @@ import pytest
 
 os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Test models are tiny: one intra-op thread is many times faster than two fighting over 2 cores
+# with Ray workers and launcher subprocesses (which inherit this).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 
 
 @pytest.fixture(scope="session")

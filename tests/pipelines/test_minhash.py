@@ -147,3 +147,56 @@ def test_large_batches_are_sliced_without_changing_signatures(monkeypatch):
     whole = minhash_signatures(texts, DedupConfig())
     monkeypatch.setattr(mh, "_SLICE_CHARS", 100)  # a few documents per slice, some alone
     assert np.array_equal(minhash_signatures(texts, DedupConfig()), whole)
+
+
+def _random_text(rng: random.Random) -> str:
+    kind = rng.randrange(6)
+    if kind == 0:
+        return rng.choice(["", " ", "\n\t", "...", "-- !? --"])  # no word: EMPTY signature
+    if kind == 1:
+        return " ".join(rng.choice(["a", "Bb", "ccc"]) for _ in range(rng.randint(1, 4)))  # < n
+    alphabet = string.ascii_letters + "  \n.,;!" + "äöüßé"
+    return "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 400)))
+
+
+def test_numba_and_numpy_backends_give_identical_signatures():
+    pytest.importorskip("numba")
+    import pipelines.minhash as mh
+
+    assert mh.BACKEND == "numba"
+    rng = random.Random(11)
+    texts = [_random_text(rng) for _ in range(300)] + ["", "x", "one two three four"]
+    for cfg in (DedupConfig(), DedupConfig(ngram=1, num_bands=3, rows_per_band=1, seed=5)):
+        fast = minhash_signatures(texts, cfg, backend="numba")
+        slow = minhash_signatures(texts, cfg, backend="numpy")
+        assert fast.dtype == slow.dtype == np.uint64 and fast.shape == slow.shape
+        assert np.array_equal(fast, slow)
+        assert np.array_equal(minhash_signatures(texts, cfg), fast)  # the default is numba
+        empty = [i for i, t in enumerate(texts) if not ref_words(t)]
+        assert empty and (fast[empty] == EMPTY).all()
+    assert np.array_equal(minhash_signatures([], DedupConfig(), backend="numba"),
+                          minhash_signatures([], DedupConfig(), backend="numpy"))
+
+
+def test_kernels_are_exact_on_extreme_hashes_and_multipliers():
+    """Edge values of ``a``, ``b`` and ``h`` (0, 1, 2**k +- 1, p - 1) against big integers."""
+    import pipelines.minhash as mh
+
+    edges = [0, 1, 2, (1 << 29) - 1, 1 << 29, (1 << 31) - 1, 1 << 31, (1 << 32) - 1, 1 << 32,
+             (1 << 60) + 12345, MERSENNE - 2, MERSENNE - 1]
+    rng = random.Random(4)
+    a = [max(1, e) for e in edges] + [rng.randrange(1, MERSENNE) for _ in range(20)]
+    b = [edges[i % len(edges)] for i in range(len(a))]
+    perms = Permutations(a=np.array(a, np.uint64), b=np.array(b, np.uint64))
+    hs = edges + [rng.randrange(MERSENNE) for _ in range(30)]
+    docs = sorted(rng.randrange(8) for _ in hs)  # doc 7 may be missing: EMPTY row
+    n_docs = 9  # doc 8 has no shingle at all
+    want = np.full((n_docs, len(a)), EMPTY, dtype=np.uint64)
+    for h, d in zip(hs, docs):
+        for k, (ak, bk) in enumerate(zip(a, b)):
+            want[d, k] = min(int(want[d, k]), (ak * h + bk) % MERSENNE)
+    h_arr, d_arr = np.array(hs, np.uint64), np.array(docs, np.int64)
+    backends = ["numpy"] + (["numba"] if mh.numba is not None else [])
+    for backend in backends:
+        got = mh.signatures_from_shingles(h_arr, d_arr, n_docs, perms, backend)
+        assert np.array_equal(got, want), backend
