@@ -47,7 +47,20 @@ def init_ray(address: str | None = None, num_cpus: int | None = None) -> None:
         ray.init(address=address, runtime_env={"py_modules": [pipelines]}, log_to_driver=False)
     else:
         ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
-    ray.data.DataContext.get_current().enable_progress_bars = bool(os.environ.get("ELECTRA_PROGRESS", ""))
+    configure_data_context()
+
+
+def configure_data_context() -> None:
+    """Ray Data settings sized to the cluster rather than Ray's defaults.
+
+    Ray's hash shuffles (groupby, aggregates) default to 200 partitions whatever the cluster;
+    on a laptop that is hundreds of tiny tasks per shuffle. Two per CPU keeps every core busy.
+    """
+    import ray
+
+    ctx = ray.data.DataContext.get_current()
+    ctx.default_hash_shuffle_parallelism = max(4, 2 * int(ray.cluster_resources().get("CPU", 2)))
+    ctx.enable_progress_bars = bool(os.environ.get("ELECTRA_PROGRESS", ""))
 
 
 def _read(path: Path, kept: bool | None = True):

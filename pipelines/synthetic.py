@@ -131,6 +131,7 @@ def write_bad_files(out: Path, rng: random.Random) -> None:
 
 _POSITIVE = ("bright", "golden", "gentle", "generous", "elegant", "remarkable")
 _NEGATIVE = ("broken", "fragile", "stubborn", "forgotten", "crowded", "heavy")
+_SENTIMENT = frozenset(_POSITIVE + _NEGATIVE)
 
 
 def write_sentiment_task(glue_dir: str | Path, *, n_train: int = 600, n_dev: int = 200, seed: int = 0) -> Path:
@@ -147,7 +148,8 @@ def write_sentiment_task(glue_dir: str | Path, *, n_train: int = 600, n_dev: int
         for _ in range(n):
             label = rng.randrange(2)
             adj = rng.choice(_POSITIVE if label else _NEGATIVE)
-            words = sentence(rng).rstrip(".!?").split(" ")
+            # Only the inserted adjective may carry sentiment: neutralise any the grammar drew.
+            words = ["old" if w.lower() in _SENTIMENT else w for w in sentence(rng).rstrip(".!?").split(" ")]
             words.insert(rng.randrange(1, len(words)), f"{adj} {_zipf_choice(rng, _NOUNS)}")
             rows.append(f"{' '.join(words).lower()} .\t{label}")
         (task / name).write_text("\n".join(rows) + "\n")

@@ -21,7 +21,8 @@ def ray_local():
     if not ray.is_initialized():
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
                  configure_logging=False)
-    ctx = ray.data.DataContext.get_current()
-    ctx.enable_progress_bars = False
+    from pipelines.build import configure_data_context
+
+    configure_data_context()
     yield ray
     ray.shutdown()
