@@ -15,6 +15,7 @@ RNG per document, and shards are assigned by key hash and written in key order.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -218,15 +219,15 @@ def tokenizer_info(result: StageResult) -> schema.TokenizerInfo:
 def pack_stage(docs: StageResult, tok: StageResult, cfg: CorpusConfig, work: Path) -> StageResult:
     from ray.data.aggregate import Count, Sum
 
-    from pipelines.pack import ExamplePacker
-
     key = cfg.stage_key("pack", upstream=docs.key + tok.key)
 
     def produce(tmp: Path) -> dict[str, Any]:
         start = time.perf_counter()
         src = _read(docs.path, kept=True)
-        src.map_batches(ExamplePacker, fn_constructor_args=(str(tok.path / "tokenizer.json"), cfg.pack),
-                        batch_format="numpy", concurrency=(1, max(1, _cpus()))).write_parquet(str(tmp / "examples"))
+        # Plain tasks (fused with the Parquet read), not an actor pool: an actor pool holding
+        # every CPU starves the read tasks feeding it on a 1-CPU cluster and deadlocks.
+        src.map_batches(_pack_batch, fn_kwargs={"tokenizer_json": str(tok.path / "tokenizer.json"), "cfg": cfg.pack},
+                        batch_format="numpy").write_parquet(str(tmp / "examples"))
         seconds = time.perf_counter() - start
         ex = _read(tmp, kept=None)
         counts = ex.map_batches(_example_lengths, batch_format="numpy").groupby("split").aggregate(
@@ -239,16 +240,25 @@ def pack_stage(docs: StageResult, tok: StageResult, cfg: CorpusConfig, work: Pat
     return _log_stage(run_cached(work, "pack", key, produce))
 
 
+@functools.lru_cache(maxsize=2)
+def _packer(tokenizer_json: str, cfg_json: str):
+    from pipelines.config import PackConfig
+    from pipelines.pack import ExamplePacker
+
+    return ExamplePacker(tokenizer_json, PackConfig(**json.loads(cfg_json)))
+
+
+def _pack_batch(batch: dict[str, Any], *, tokenizer_json: str, cfg) -> dict[str, Any]:
+    """One Ray batch of documents → examples; the tokenizer is loaded once per worker process."""
+    import dataclasses
+
+    return _packer(tokenizer_json, json.dumps(dataclasses.asdict(cfg), sort_keys=True))(batch)
+
+
 def _example_lengths(batch: dict[str, Any]) -> dict[str, Any]:
     import numpy as np
 
     return {"split": batch["split"], "ntokens": np.array([len(x) for x in batch["input_ids"]], dtype=np.int64)}
-
-
-def _cpus() -> int:
-    import ray
-
-    return int(ray.cluster_resources().get("CPU", 1))
 
 
 def shard_stage(packed: StageResult, cfg: CorpusConfig, work: Path) -> StageResult:
