@@ -5,6 +5,8 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 export RAY_ENABLE_UV_RUN_RUNTIME_ENV := 0
 export TOKENIZERS_PARALLELISM := false
+# No network here: keep Prefect from trying to send telemetry.
+export PREFECT_SERVER_ANALYTICS_ENABLED := false
 
 .PHONY: install demo test test-fast serve bench clean
 

@@ -4,6 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export ELECTRA_REPO="$PWD"
+export PREFECT_SERVER_ANALYTICS_ENABLED=false
 export ELECTRA_WORK_POOL="${ELECTRA_WORK_POOL:-electra-local}"
 PORT="${PREFECT_PORT:-4200}"
 export PREFECT_API_URL="http://127.0.0.1:${PORT}/api"

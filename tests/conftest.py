@@ -11,6 +11,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # with Ray workers and launcher subprocesses (which inherit this).
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
 
 @pytest.fixture(scope="session")
