@@ -18,8 +18,14 @@ Near dedup, MinHash-LSH in four named stages sharing one ``DedupConfig`` (as dat
    (a star, ``k-1`` edges instead of ``k(k-1)/2`` pairs).
 3. ``connected_components`` (``pipelines.components``): distributed large-star/small-star rounds
    until every cluster is a star around its smallest uid.
-4. ``mark_near_duplicates``: documents and cluster edges are co-partitioned by uid; every
-   non-root member is marked ``dedup:near`` with the uid of the kept root.
+4. marking: every non-root member is marked ``dedup:near`` with the uid of the kept root. The
+   member -> root table is small (16 bytes per near-duplicate), so it is broadcast to the tasks
+   that read the documents (``_mark_members``) and the text is never shuffled; past
+   ``BROADCAST_LIMIT`` members, documents and labels are co-partitioned by uid instead
+   (``mark_near_duplicates``).
+
+Shuffles go through ``group_apply``; with ``build.configure_data_context``'s sort-based shuffle
+an empty input needs no special case.
 
 A pair becomes a candidate with probability ``1 - (1 - s**r)**b`` at Jaccard ``s``; 14 bands of 8
 rows put the 50% point at ``(1/14)**(1/8) ~ 0.72``. Candidates are not re-checked against their
@@ -37,12 +43,12 @@ from dataclasses import dataclass
 import numpy as np
 import ray
 
-from pipelines.components import (Components, connected_components, default_partitions,
-                                  group_apply)
+from pipelines.components import connected_components, default_partitions, group_apply
 from pipelines.config import DedupConfig
 from pipelines.minhash import EMPTY, band_hashes, minhash_signatures
 
 EXACT, NEAR = "dedup:exact", "dedup:near"
+BROADCAST_LIMIT = 20_000_000  # cluster members whose member -> root table (320 MB) is broadcast
 _DOC, _LABEL = 0, 1
 
 
@@ -115,15 +121,13 @@ def exact_dedup(ds: ray.data.Dataset, *, stats: DedupStats | None = None,
                 num_partitions: int | None = None) -> ray.data.Dataset:
     """Mark exact duplicates (same normalised text) ``dedup:exact``; keep the smallest uid.
 
-    Hashing runs eagerly (materialised, so an empty input can skip the shuffle); the shuffle is
-    lazy unless ``stats`` is given, then the result is materialised and
-    ``stats.exact_removed``/``seconds`` are set.
+    Lazy: hashing, the shuffle and the marking run when the result is consumed (one Ray Data
+    execution). With ``stats`` the result is materialised and ``stats.exact_removed``/``seconds``
+    are set.
     """
     start = time.perf_counter()
     parts = num_partitions or default_partitions()
-    keyed = ds.map_batches(_digest_columns, batch_format="numpy").materialize()
-    if keyed.count() == 0:  # Ray's hash shuffle cannot reduce an empty dataset
-        return ds
+    keyed = ds.map_batches(_digest_columns, batch_format="numpy")
     out = group_apply(keyed, exact_partition, key="_h0", num_partitions=parts)
     if stats is not None:
         out = out.materialize()
@@ -209,34 +213,55 @@ def mark_near_duplicates(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return _mark(docs, np.flatnonzero(hit), label_root[pos[hit]], NEAR)
 
 
+def _mark_members(batch: dict[str, np.ndarray], *, members: ray.ObjectRef) -> dict[str, np.ndarray]:
+    """Stage 4, broadcast form: mark documents found in the (sorted) member -> root arrays."""
+    member_uid, member_root = ray.get(members)
+    uid = np.asarray(batch["uid"], dtype=np.int64)
+    pos = np.minimum(np.searchsorted(member_uid, uid), max(len(member_uid) - 1, 0))
+    hit = (member_uid[pos] == uid) if len(member_uid) else np.zeros(len(uid), bool)
+    hit &= _as_str(batch["reason"]) == ""
+    return _mark(batch, np.flatnonzero(hit), member_root[pos[hit]], NEAR)
+
+
+def _star_arrays(edges: ray.data.Dataset) -> tuple[np.ndarray, np.ndarray]:
+    """The star-forest edges as (member uids sorted, their roots), gathered from the blocks."""
+    blocks = ray.get(edges.to_numpy_refs())
+    u = np.concatenate([np.asarray(b["u"], np.int64) for b in blocks]) if blocks else np.zeros(0, np.int64)
+    v = np.concatenate([np.asarray(b["v"], np.int64) for b in blocks]) if blocks else np.zeros(0, np.int64)
+    order = np.argsort(u, kind="stable")
+    return u[order], v[order]
+
+
 def near_dedup(ds: ray.data.Dataset, cfg: DedupConfig, *, stats: DedupStats | None = None,
-               num_partitions: int | None = None) -> ray.data.Dataset:
+               num_partitions: int | None = None, broadcast_limit: int = BROADCAST_LIMIT) -> ray.data.Dataset:
     """Mark near-duplicates (MinHash-LSH clusters) ``dedup:near``; keep the smallest uid.
 
-    Runs eagerly (the component rounds need materialised results); the returned dataset is
-    materialised. With ``stats``, ``near_removed``, ``clusters``, ``cc_iterations`` and ``seconds``
-    are set. Raises ``ComponentsNotConverged`` past ``cfg.max_cc_iterations`` rounds.
+    Signatures, buckets and bucket edges run as one Ray Data execution, then the component
+    rounds; the marking pass over the documents is returned lazily (``ds`` is read a second
+    time: re-reading Parquet is cheaper than holding every text in the object store). When the
+    clusters have at most ``broadcast_limit`` members (16 bytes each) their member -> root table
+    is broadcast to the marking tasks through the object store, so the text is never shuffled;
+    above it, documents and labels meet in a shuffle by uid. With ``stats``, ``near_removed``,
+    ``clusters``, ``cc_iterations`` and ``seconds`` are set. Raises ``ComponentsNotConverged``
+    past ``cfg.max_cc_iterations`` rounds.
     """
     start = time.perf_counter()
     parts = num_partitions or default_partitions()
-    docs = ds.materialize()
-    buckets = docs.map_batches(signature_buckets, batch_format="numpy",
-                               fn_kwargs={"cfg": cfg}).materialize()
-    # Ray's hash shuffle cannot reduce a dataset whose blocks are all empty: skip it.
-    edges = group_apply(buckets, bucket_edges, key="bucket", num_partitions=parts).materialize() \
-        if buckets.count() else buckets
-    if edges.count() == 0:
-        comps = Components(edges=edges, iterations=0, clusters=0, members=0)
-        out = docs
+    buckets = ds.map_batches(signature_buckets, batch_format="numpy", fn_kwargs={"cfg": cfg})
+    edges = group_apply(buckets, bucket_edges, key="bucket", num_partitions=parts).materialize()
+    comps = connected_components(edges, max_iterations=cfg.max_cc_iterations, num_partitions=parts)
+    if comps.members == 0:
+        out = ds
+    elif comps.members <= broadcast_limit:
+        members = ray.put(_star_arrays(comps.edges))
+        out = ds.map_batches(_mark_members, batch_format="numpy", fn_kwargs={"members": members})
     else:
-        comps = connected_components(edges, max_iterations=cfg.max_cc_iterations,
-                                     num_partitions=parts)
-        both = docs.map_batches(_doc_rows, batch_format="numpy").union(
+        both = ds.map_batches(_doc_rows, batch_format="numpy").union(
             comps.edges.map_batches(_label_rows, batch_format="numpy",
-                                    fn_kwargs={"columns": _column_kinds(docs)}))
-        out = group_apply(both, mark_near_duplicates, key="uid",
-                          num_partitions=parts).materialize()
+                                    fn_kwargs={"columns": _column_kinds(ds)}))
+        out = group_apply(both, mark_near_duplicates, key="uid", num_partitions=parts)
     if stats is not None:
+        out = out.materialize()
         stats.near_removed = comps.members
         stats.clusters = comps.clusters
         stats.cc_iterations = comps.iterations

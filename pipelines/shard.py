@@ -139,6 +139,35 @@ def _clean(shard_dir: Path, keep: set[str] | None = None) -> None:
             p.unlink()
 
 
+def _list_lengths(column: Any) -> np.ndarray:
+    """Row lengths of a pyarrow list column, or of Ray's variable-shaped tensor extension column."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    out = []
+    for chunk in column.chunks:
+        if isinstance(chunk.type, pa.ExtensionType):  # Ray's to_numpy gives one array per row
+            out.append(np.fromiter((len(x) for x in chunk.to_numpy(zero_copy_only=False)),
+                                   dtype=np.int64, count=len(chunk)))
+        else:
+            out.append(pc.list_value_length(chunk).to_numpy(zero_copy_only=False).astype(np.int64))
+    return np.concatenate(out) if out else np.zeros(0, np.int64)
+
+
+def example_summary(table: Any) -> dict[str, np.ndarray]:
+    """Per split of a pyarrow block of examples: examples, tokens and tar bytes (``parts`` summary)."""
+    if table.num_rows == 0:
+        return {"split": np.array([], dtype=object), "examples": np.array([], np.int64),
+                "tokens": np.array([], np.int64), "tar_bytes": np.array([], np.int64)}
+    n = _list_lengths(table.column("input_ids"))
+    splits = np.asarray(table.column("split").to_pylist(), dtype=object)
+    names = sorted(set(splits))
+    return {"split": np.array(names, dtype=object),
+            "examples": np.array([np.count_nonzero(splits == s) for s in names], np.int64),
+            "tokens": np.array([n[splits == s].sum() for s in names], np.int64),
+            "tar_bytes": np.array([example_tar_bytes(n[splits == s]).sum() for s in names], np.int64)}
+
+
 def split_sizes(examples: Any) -> dict[str, tuple[int, int]]:
     """Per split: (number of examples, tar bytes)."""
     from ray.data.aggregate import Count, Sum
@@ -148,18 +177,22 @@ def split_sizes(examples: Any) -> dict[str, tuple[int, int]]:
     return {r["split"]: (int(r["count()"]), int(r["sum(nbytes)"])) for r in rows}
 
 
-def write_shards(examples: Any, corpus_dir: str | Path, cfg: ShardConfig) -> list[schema.ShardInfo]:
+def write_shards(examples: Any, corpus_dir: str | Path, cfg: ShardConfig, *,
+                 sizes: dict[str, tuple[int, int]] | None = None) -> list[schema.ShardInfo]:
     """Write the example rows of ``examples`` (a Ray Dataset) as WebDataset shards.
 
-    Returns one :class:`schema.ShardInfo` per written shard, train shards first, in name order.
+    ``sizes`` (per split: examples, tar bytes, as ``example_summary`` adds them up) saves the
+    measuring pass when the caller already knows them. Returns one :class:`schema.ShardInfo` per
+    written shard, train shards first, in name order.
     """
     shard_dir = Path(corpus_dir) / schema.SHARDS_DIR
     shard_dir.mkdir(parents=True, exist_ok=True)
     _clean(shard_dir)
-    if examples.schema() is None or examples.count() == 0:
+    if sizes is None:
+        sizes = {} if examples.schema() is None or examples.count() == 0 else split_sizes(examples)
+    if sum(n for n, _ in sizes.values()) == 0:
         _clean(shard_dir, keep=set())
         return []
-    sizes = split_sizes(examples)
     unknown = sorted(set(sizes) - set(schema.SPLITS))
     if unknown:
         raise ValueError(f"examples with unknown split(s) {unknown}; expected {schema.SPLITS}")

@@ -182,3 +182,16 @@ def test_a_text_that_is_not_a_string_is_a_clear_error():
         _digest_columns(batch)
     with pytest.raises(TypeError, match="'t:1'"):
         signature_buckets(batch, cfg=DedupConfig())
+
+
+def test_shuffle_join_marks_the_same_rows_as_the_broadcast(ray_local, planted):
+    """Past ``broadcast_limit`` the labels meet the documents in a shuffle: same result."""
+    from pipelines.dedup import near_dedup
+
+    ds = ray_local.data.from_items(planted["rows"]).repartition(3)
+    broadcast = sorted(near_dedup(ds, DedupConfig(), num_partitions=2).take_all(), key=lambda r: r["uid"])
+    shuffled = sorted(near_dedup(ds, DedupConfig(), num_partitions=2, broadcast_limit=0).take_all(),
+                      key=lambda r: r["uid"])
+    assert broadcast == shuffled
+    assert sum(r["reason"] == NEAR for r in broadcast) >= 20
+    assert len(broadcast) == len(planted["rows"])

@@ -140,3 +140,20 @@ def test_write_shards_rejects_a_malicious_key(ray_local, tmp_path):
 def test_write_shards_of_nothing(ray_local, tmp_path):
     assert write_shards(ray_local.data.from_items([]), tmp_path / "d", ShardConfig()) == []
     assert list((tmp_path / "d" / schema.SHARDS_DIR).iterdir()) == []
+
+
+def test_sizes_summarised_while_writing_match_the_measuring_pass(ray_local, tmp_path):
+    """The pack stage hands ``write_shards`` the sizes it summed while writing its parts."""
+    from pipelines import parts
+    from pipelines.shard import example_summary, split_sizes
+
+    rows = _examples(200, seed=3)
+    ds = ray_local.data.from_items(rows, override_num_blocks=3)
+    summary = parts.sum_by(parts.write_parts(ds, tmp_path / "ex", key="key", summarise=example_summary), "split")
+    measured = split_sizes(ds)
+    assert {s: (v["examples"], v["tar_bytes"]) for s, v in summary.items()} == measured
+    assert sum(v["tokens"] for v in summary.values()) == sum(len(r["input_ids"]) for r in rows)
+    cfg = ShardConfig(target_bytes=20_000, min_shards_per_split=3)
+    given = write_shards(parts.read_parts(tmp_path / "ex", kept=None), tmp_path / "a", cfg, sizes=measured)
+    assert given == write_shards(ds, tmp_path / "b", cfg)
+    assert write_shards(ds, tmp_path / "c", cfg, sizes={}) == []
