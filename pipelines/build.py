@@ -83,10 +83,6 @@ def configure_data_context() -> None:
     ctx.enable_progress_bars = bool(os.environ.get("ELECTRA_PROGRESS", ""))
 
 
-def _read(path: Path, kept: bool | None = True):
-    return parts.read_parts(path, kept)
-
-
 def _write_documents(ds, tmp: Path, start: float) -> dict[str, Any]:
     """Write a stage's document rows and return its statistics, from the same pass."""
     rows = parts.write_parts(ds, tmp / "docs", key="uid", summarise=parts.document_summary)
@@ -137,8 +133,8 @@ def filter_stage(prev: StageResult, cfg: CorpusConfig, work: Path) -> StageResul
 
     def produce(tmp: Path) -> dict[str, Any]:
         start = time.perf_counter()
-        ds = _read(prev.path, kept=True).map_batches(filter_batch, fn_kwargs={"cfg": cfg.filter},
-                                                     batch_format="numpy")
+        ds = parts.read_parts(prev.path, kept=True).map_batches(
+            filter_batch, fn_kwargs={"cfg": cfg.filter}, batch_format="numpy")
         return _write_documents(ds, tmp, start)
 
     return _log_stage(run_cached(work, "filter", key, produce))
@@ -151,7 +147,7 @@ def exact_dedup_stage(prev: StageResult, cfg: CorpusConfig, work: Path) -> Stage
 
     def produce(tmp: Path) -> dict[str, Any]:
         start = time.perf_counter()
-        ds = _read(prev.path, kept=True)
+        ds = parts.read_parts(prev.path, kept=True)
         return _write_documents(exact_dedup(ds) if cfg.dedup.exact else ds, tmp, start)
 
     return _log_stage(run_cached(work, "exact_dedup", key, produce))
@@ -164,7 +160,7 @@ def near_dedup_stage(prev: StageResult, cfg: CorpusConfig, work: Path) -> StageR
 
     def produce(tmp: Path) -> dict[str, Any]:
         start = time.perf_counter()
-        ds = _read(prev.path, kept=True)
+        ds = parts.read_parts(prev.path, kept=True)
         return _write_documents(near_dedup(ds, cfg.dedup) if cfg.dedup.near else ds, tmp, start)
 
     return _log_stage(run_cached(work, "near_dedup", key, produce))
@@ -184,7 +180,7 @@ def tokenizer_stage(prev: StageResult, cfg: CorpusConfig, work: Path) -> StageRe
             info = tok.load_pretrained(cfg.tokenizer.pretrained, cfg.tokenizer, tmp)
             sample_bytes = 0
         else:
-            texts = tok.sample_texts(_read(prev.path, kept=True), cfg.tokenizer.sample_bytes, cfg.pack.seed)
+            texts = tok.sample_texts(parts.read_parts(prev.path, kept=True), cfg.tokenizer.sample_bytes, cfg.pack.seed)
             sample_bytes = sum(len(t.encode()) for t in texts)
             info = tok.train_tokenizer(texts, cfg.tokenizer, tmp)
         (tmp / "info.json").write_text(json.dumps(info.__dict__, sort_keys=True))
@@ -207,7 +203,7 @@ def pack_stage(docs: StageResult, tok: StageResult, cfg: CorpusConfig, work: Pat
         start = time.perf_counter()
         # Plain tasks (fused with the Parquet read), not an actor pool: an actor pool holding
         # every CPU starves the read tasks feeding it on a 1-CPU cluster and deadlocks.
-        examples = _read(docs.path, kept=True).map_batches(
+        examples = parts.read_parts(docs.path, kept=True).map_batches(
             _pack_batch, fn_kwargs={"tokenizer_json": str(tok.path / "tokenizer.json"), "cfg": cfg.pack},
             batch_format="numpy")
         rows = parts.write_parts(examples, tmp / "examples", key="key", summarise=example_summary)
@@ -243,7 +239,7 @@ def shard_stage(packed: StageResult, cfg: CorpusConfig, work: Path) -> StageResu
     def produce(tmp: Path) -> dict[str, Any]:
         start = time.perf_counter()
         sizes = {split: (v["examples"], v["tar_bytes"]) for split, v in packed.stats["splits"].items()}
-        infos = write_shards(_read(packed.path, kept=None), tmp, cfg.shard, sizes=sizes)
+        infos = write_shards(parts.read_parts(packed.path, kept=None), tmp, cfg.shard, sizes=sizes)
         (tmp / "shards.json").write_text(json.dumps([i.__dict__ for i in infos], indent=1))
         total = sum(i.bytes for i in infos)
         seconds = time.perf_counter() - start
@@ -316,7 +312,7 @@ def _quarantine(stage: StageResult, dest: Path) -> int:
     tmp = dest.with_name(f".{dest.name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    _read(stage.path, kept=False).select_columns(["id", "reason", "detail", "text"]).write_json(str(tmp))
+    parts.read_parts(stage.path, kept=False).select_columns(["id", "reason", "detail", "text"]).write_json(str(tmp))
     (tmp / marker.name).write_text(json.dumps(stage.stats.get("dropped", {})))
     os.rename(tmp, dest)
     return n

@@ -205,29 +205,29 @@ def mark_near_duplicates(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     docs = {k: np.asarray(v)[~labels] for k, v in batch.items()}
     label_uid, label_root = np.asarray(batch["uid"])[labels], root[labels]
     order = np.argsort(label_uid, kind="stable")
-    label_uid, label_root = label_uid[order], label_root[order]
-    uid = np.asarray(docs["uid"], dtype=np.int64)
-    pos = np.minimum(np.searchsorted(label_uid, uid), max(len(label_uid) - 1, 0))
-    hit = (label_uid[pos] == uid) if len(label_uid) else np.zeros(len(uid), bool)
-    hit &= _as_str(docs["reason"]) == ""
-    return _mark(docs, np.flatnonzero(hit), label_root[pos[hit]], NEAR)
+    return _mark_members_in(docs, label_uid[order], label_root[order])
 
 
 def _mark_members(batch: dict[str, np.ndarray], *, members: ray.ObjectRef) -> dict[str, np.ndarray]:
     """Stage 4, broadcast form: mark documents found in the (sorted) member -> root arrays."""
-    member_uid, member_root = ray.get(members)
-    uid = np.asarray(batch["uid"], dtype=np.int64)
+    return _mark_members_in(batch, *ray.get(members))
+
+
+def _mark_members_in(docs: dict[str, np.ndarray], member_uid: np.ndarray,
+                     member_root: np.ndarray) -> dict[str, np.ndarray]:
+    """Mark kept documents whose uid is in ``member_uid`` (sorted) ``dedup:near`` of its root."""
+    uid = np.asarray(docs["uid"], dtype=np.int64)
     pos = np.minimum(np.searchsorted(member_uid, uid), max(len(member_uid) - 1, 0))
     hit = (member_uid[pos] == uid) if len(member_uid) else np.zeros(len(uid), bool)
-    hit &= _as_str(batch["reason"]) == ""
-    return _mark(batch, np.flatnonzero(hit), member_root[pos[hit]], NEAR)
+    hit &= _as_str(docs["reason"]) == ""
+    return _mark(docs, np.flatnonzero(hit), member_root[pos[hit]], NEAR)
 
 
 def _star_arrays(edges: ray.data.Dataset) -> tuple[np.ndarray, np.ndarray]:
     """The star-forest edges as (member uids sorted, their roots), gathered from the blocks."""
     blocks = ray.get(edges.to_numpy_refs())
-    u = np.concatenate([np.asarray(b["u"], np.int64) for b in blocks]) if blocks else np.zeros(0, np.int64)
-    v = np.concatenate([np.asarray(b["v"], np.int64) for b in blocks]) if blocks else np.zeros(0, np.int64)
+    u, v = (np.concatenate([np.zeros(0, np.int64)] + [np.asarray(b[c], np.int64) for b in blocks])
+            for c in ("u", "v"))
     order = np.argsort(u, kind="stable")
     return u[order], v[order]
 

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from pipelines import schema
+from pipelines import parts, schema
 from pipelines.config import ShardConfig
 
 _TAR_BLOCK = 512
@@ -64,11 +64,6 @@ def shard_count(num_examples: int, num_bytes: int, cfg: ShardConfig) -> int:
 def _key_hash(keys: np.ndarray) -> np.ndarray:
     return np.fromiter((int.from_bytes(hashlib.blake2b(str(k).encode(), digest_size=8).digest(), "little")
                         for k in keys), dtype=np.uint64, count=len(keys))
-
-
-def _measure(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    n = np.fromiter((len(x) for x in batch["input_ids"]), dtype=np.int64, count=len(batch["input_ids"]))
-    return {"split": batch["split"], "nbytes": example_tar_bytes(n), "ntokens": n}
 
 
 def _assign(batch: dict[str, np.ndarray], *, counts: dict[str, int]) -> dict[str, np.ndarray]:
@@ -169,12 +164,10 @@ def example_summary(table: Any) -> dict[str, np.ndarray]:
 
 
 def split_sizes(examples: Any) -> dict[str, tuple[int, int]]:
-    """Per split: (number of examples, tar bytes)."""
-    from ray.data.aggregate import Count, Sum
-
-    rows = (examples.select_columns(["split", "input_ids"]).map_batches(_measure, batch_format="numpy")
-            .groupby("split").aggregate(Count(), Sum("nbytes")).take_all())
-    return {r["split"]: (int(r["count()"]), int(r["sum(nbytes)"])) for r in rows}
+    """Per split: (number of examples, tar bytes), from ``example_summary`` of every block."""
+    rows = examples.select_columns(["split", "input_ids"]).map_batches(
+        example_summary, batch_format="pyarrow", batch_size=None).take_all()
+    return {split: (v["examples"], v["tar_bytes"]) for split, v in parts.sum_by(rows, "split").items()}
 
 
 def write_shards(examples: Any, corpus_dir: str | Path, cfg: ShardConfig, *,
@@ -189,7 +182,7 @@ def write_shards(examples: Any, corpus_dir: str | Path, cfg: ShardConfig, *,
     shard_dir.mkdir(parents=True, exist_ok=True)
     _clean(shard_dir)
     if sizes is None:
-        sizes = {} if examples.schema() is None or examples.count() == 0 else split_sizes(examples)
+        sizes = split_sizes(examples)
     if sum(n for n, _ in sizes.values()) == 0:
         _clean(shard_dir, keep=set())
         return []

@@ -151,7 +151,9 @@ def test_sizes_summarised_while_writing_match_the_measuring_pass(ray_local, tmp_
     ds = ray_local.data.from_items(rows, override_num_blocks=3)
     summary = parts.sum_by(parts.write_parts(ds, tmp_path / "ex", key="key", summarise=example_summary), "split")
     measured = split_sizes(ds)
-    assert {s: (v["examples"], v["tar_bytes"]) for s, v in summary.items()} == measured
+    lengths = {s: np.array([len(r["input_ids"]) for r in rows if r["split"] == s]) for s in schema.SPLITS}
+    expected = {s: (len(n), int(example_tar_bytes(n).sum())) for s, n in lengths.items()}
+    assert {s: (v["examples"], v["tar_bytes"]) for s, v in summary.items()} == measured == expected
     assert sum(v["tokens"] for v in summary.values()) == sum(len(r["input_ids"]) for r in rows)
     cfg = ShardConfig(target_bytes=20_000, min_shards_per_split=3)
     given = write_shards(parts.read_parts(tmp_path / "ex", kept=None), tmp_path / "a", cfg, sizes=measured)
