@@ -32,12 +32,15 @@ done
 # One `prefect deploy -n` per deployment: prefect 3.8.8's CLI registers the deployment, then
 # fails on its own "is a worker online?" hint (the server rejects the request's null limit with
 # 422), which would abort `deploy --all` after the first. So deploy each, then verify each exists.
-for name in $(.venv/bin/python -c "import yaml; print(' '.join(d['name'] for d in yaml.safe_load(open('prefect.yaml'))['deployments']))"); do
-    "$PREFECT" --no-prompt deploy -n "$name" >/dev/null 2>&1 || true
-    flow_name=$(.venv/bin/python -c "import yaml,sys; d=[d for d in yaml.safe_load(open('prefect.yaml'))['deployments'] if d['name']=='$name'][0]; print(d['entrypoint'].split(':')[1].replace('_','-'))")
-    "$PREFECT" deployment inspect "$flow_name/$name" >/dev/null || { echo "deployment $flow_name/$name was not registered" >&2; exit 1; }
+# Each line: "<flow name> <deployment name>" (the flow name is the entrypoint's function, dashed).
+DEPLOYMENTS=$(.venv/bin/python -c "import yaml
+for d in yaml.safe_load(open('prefect.yaml'))['deployments']:
+    print(d['entrypoint'].split(':')[1].replace('_', '-'), d['name'])")
+while read -r flow_name name; do
+    "$PREFECT" --no-prompt deploy -n "$name" </dev/null >/dev/null 2>&1 || true
+    "$PREFECT" deployment inspect "$flow_name/$name" </dev/null >/dev/null || { echo "deployment $flow_name/$name was not registered" >&2; exit 1; }
     echo "deployed $flow_name/$name"
-done
+done <<< "$DEPLOYMENTS"
 echo "serving deployments on ${PREFECT_API_URL} (UI: http://127.0.0.1:${PORT}); Ctrl-C stops"
 "$PREFECT" worker start --pool "$ELECTRA_WORK_POOL" &
 WORKER=$!
