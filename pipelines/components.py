@@ -18,7 +18,7 @@ needs no extra pass: large-star groups every node with all of its neighbours any
 counts the nodes that are not yet in star form (a node with a smaller and a larger neighbour,
 or with two smaller ones). When that count is zero the input already is the star forest.
 
-Every grouped step goes through ``group_apply``: rows get a partition number from a hash of their
+Every grouped step goes through ``raydata.group_apply``: rows get a partition number from a hash of their
 key, Ray Data's ``groupby(...).map_groups`` hands each partition to one call, and that call
 works on the whole partition with numpy (sort, ``reduceat``) rather than a Python call per node.
 Edges are stored as ``(u, v)`` int64 columns with ``v < u`` (``v`` is the smaller uid); a row with
@@ -27,14 +27,12 @@ Edges are stored as ``(u, v)`` int64 columns with ``v < u`` (``v`` is the smalle
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 import ray
 
-from pipelines.minhash import fmix64
+from pipelines.raydata import group_apply, partitions_for
 
-PART = "_part"
 _MARK_VIOLATIONS, _MARK_CENTRES, _MARK_LEAVES = -1, -2, -3
 
 
@@ -49,37 +47,6 @@ class Components:
     iterations: int
     clusters: int  # components with at least two nodes
     members: int  # non-root nodes (= documents a filter removes)
-
-
-def default_partitions() -> int:
-    """Two shuffle partitions per CPU of the Ray cluster (at least two)."""
-    cpus = int(ray.cluster_resources().get("CPU", 1)) if ray.is_initialized() else 1
-    return max(2, 2 * cpus)
-
-
-def add_partition(batch: dict[str, np.ndarray], *, key: str, num_partitions: int) -> dict:
-    """Column ``_part``: a hash of the int64 key column, so equal keys meet in one partition."""
-    mixed = fmix64(np.asarray(batch[key]).astype(np.uint64))
-    out = dict(batch)
-    out[PART] = (mixed % np.uint64(num_partitions)).astype(np.int64)
-    return out
-
-
-def group_apply(ds: ray.data.Dataset, fn: Callable[[dict], dict], *, key: str,
-                num_partitions: int) -> ray.data.Dataset:
-    """Apply ``fn`` to whole hash partitions of ``ds`` by the int64 column ``key``.
-
-    Every row with a given key value reaches the same ``fn`` call; ``fn`` gets a numpy batch
-    (``_part`` column removed) and returns a numpy batch.
-    """
-    def run(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        batch = {k: v for k, v in batch.items() if k != PART}
-        return fn(batch)
-
-    keyed = ds.map_batches(add_partition, batch_format="numpy",
-                           fn_kwargs={"key": key, "num_partitions": num_partitions})
-    grouped = keyed.groupby(PART, num_partitions=num_partitions)
-    return grouped.map_groups(run, batch_format="numpy")
 
 
 def _edges(u: np.ndarray, v: np.ndarray) -> dict[str, np.ndarray]:
@@ -154,17 +121,19 @@ def _without_markers(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return {"u": batch["u"][keep], "v": batch["v"][keep]}
 
 
-def connected_components(edges: ray.data.Dataset, *, max_iterations: int,
-                         num_partitions: int | None = None) -> Components:
+def connected_components(edges: ray.data.Dataset, *, max_iterations: int) -> Components:
     """Components of the undirected graph given by int64 columns ``u``, ``v`` (uids >= 0).
 
     Returns the star-forest edges ``u -> root`` (root = smallest uid of the component) for every
-    non-root node. Raises ``ComponentsNotConverged`` after ``max_iterations`` rounds.
+    non-root node. Raises ``ComponentsNotConverged`` after ``max_iterations`` rounds. Shuffle
+    partitions follow the number of edges (each round shuffles both directions of every edge,
+    16 bytes per row), not the cluster's CPUs.
     """
-    parts = num_partitions or default_partitions()
     current = edges.materialize()
-    if current.count() == 0:  # nothing to shuffle (and Ray's hash shuffle cannot reduce nothing)
+    num_edges = current.count()
+    if num_edges == 0:  # nothing to shuffle
         return Components(edges=current, iterations=0, clusters=0, members=0)
+    parts = partitions_for(num_edges * 2 * 16)
     for iteration in range(1, max_iterations + 1):
         neighbours = current.map_batches(_both_directions, batch_format="numpy")
         large = group_apply(neighbours, large_star_partition, key="x",

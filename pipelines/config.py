@@ -1,24 +1,27 @@
 """Typed configuration of the corpus pipeline, one dataclass per stage.
 
 Defaults follow the ELECTRA paper and the usual web-text heuristics (datatrove/Gopher style).
-``CorpusConfig.from_dict`` rejects unknown keys so a typo never silently falls back to a default.
-Each stage's cache key is derived from its own section (``stage_key``), so changing a filter
+``CorpusConfig.from_dict`` goes through the project's one strict loader (``common.config``):
+unknown keys, wrong types and values outside a field's allowed set (the ``Literal`` fields) are
+errors at load time naming the key, before any stage runs. Each stage's cache key is derived
+from the sections it declares in the stage table (``pipelines.stages``), so changing a filter
 threshold reruns filtering and everything after it, but not ingestion.
 """
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
+
+from common import config as strict
+from common.config import check
 
 
 @dataclass
 class IngestConfig:
     # "file": a whole file is one document; "blank_line": blank-line-separated documents;
     # "line": every line is a document. JSONL/Parquet always give one document per record.
-    text_mode: str = "blank_line"
+    text_mode: Literal["file", "blank_line", "line"] = "blank_line"
     jsonl_field: str = "text"
     parquet_column: str = "text"
     # A single document larger than this is quarantined ("oversize") instead of read into memory.
@@ -26,10 +29,14 @@ class IngestConfig:
     # Documents per Ray Data block produced by the reader.
     batch_size: int = 1000
 
+    def validate(self) -> None:
+        check(self.batch_size >= 1, "batch_size must be >= 1")
+        check(self.max_document_bytes >= 1, "max_document_bytes must be >= 1")
+
 
 @dataclass
 class FilterConfig:
-    unicode_form: str = "NFC"  # "NFC" | "NFKC" | "none"
+    unicode_form: Literal["NFC", "NFKC", "NFD", "NFKD", "none"] = "NFC"
     min_chars: int = 50
     max_chars: int = 1_000_000
     min_words: int = 5
@@ -56,17 +63,26 @@ class DedupConfig:
     seed: int = 1
     max_cc_iterations: int = 50
 
+    def validate(self) -> None:
+        check(self.ngram >= 1 and self.num_bands >= 1 and self.rows_per_band >= 1,
+              "ngram, num_bands and rows_per_band must be >= 1")
+
 
 @dataclass
 class TokenizerConfig:
-    kind: str = "wordpiece"  # "wordpiece" | "unigram"
+    kind: Literal["wordpiece", "unigram"] = "wordpiece"
     vocab_size: int = 30522
     lowercase: bool = True
     strip_accents: bool = True
     min_frequency: int = 2
     sample_bytes: int = 256 << 20  # bound on the text the tokenizer is trained on
-    # An existing tokenizer.json or vocab.txt to use instead of training one.
+    sample_seed: int = 12345  # which documents make up that sample
+    # An existing tokenizer.json or vocab.txt (any storage location) to use instead of training.
     pretrained: str | None = None
+
+    def validate(self) -> None:
+        check(self.vocab_size > len(("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")),
+              "vocab_size must exceed the 5 special tokens")
 
 
 @dataclass
@@ -81,11 +97,29 @@ class PackConfig:
     validation_fraction: float = 0.01
     seed: int = 12345
 
+    def validate(self) -> None:
+        check(8 <= self.seq_len <= 65535, "seq_len must be in [8, 65535]")
+        check(0 <= self.validation_fraction < 1, "validation_fraction must be in [0, 1)")
+        check(2 <= self.short_seq_min <= self.seq_len, "short_seq_min must be in [2, seq_len]")
+
 
 @dataclass
 class ShardConfig:
     target_bytes: int = 100 << 20
     min_shards_per_split: int = 16  # small corpora get smaller shards so every rank/worker has several
+    chunk_tokens: int = 1 << 16  # tokens per WebDataset sample (a chunk of examples)
+
+    def validate(self) -> None:
+        check(self.target_bytes > 0 and self.min_shards_per_split >= 1 and self.chunk_tokens >= 1,
+              "target_bytes, min_shards_per_split and chunk_tokens must be positive")
+
+
+@dataclass
+class RejectedConfig:
+    # Quarantined documents keep id, reason, detail and this many characters of text; the full
+    # text only when asked for (it can be as large as the corpus itself).
+    text_prefix_chars: int = 300
+    full_text: bool = False
 
 
 @dataclass
@@ -96,33 +130,15 @@ class CorpusConfig:
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
     pack: PackConfig = field(default_factory=PackConfig)
     shard: ShardConfig = field(default_factory=ShardConfig)
+    rejected: RejectedConfig = field(default_factory=RejectedConfig)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> CorpusConfig:
-        return _build(cls, d, "corpus")
+    def from_dict(cls, d: dict[str, Any], *, where: str = "corpus config") -> CorpusConfig:
+        return strict.from_dict(cls, d, where=where)
 
-    def stage_key(self, *sections: str, upstream: str = "") -> str:
-        """Hash of the named sections plus an upstream key: the cache key of a stage's output."""
-        payload = {s: dataclasses.asdict(getattr(self, s)) for s in sections}
-        blob = json.dumps({"upstream": upstream, "config": payload}, sort_keys=True).encode()
-        return hashlib.sha256(blob).hexdigest()[:16]
-
-
-def _build(cls: type, d: dict[str, Any], where: str) -> Any:
-    if not isinstance(d, dict):
-        raise TypeError(f"{where}: expected a mapping, got {type(d).__name__}")
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    unknown = sorted(set(d) - set(fields))
-    if unknown:
-        raise ValueError(f"{where}: unknown key(s) {unknown}; known: {sorted(fields)}")
-    kwargs = {}
-    for name, value in d.items():
-        default = getattr(cls(), name)
-        if dataclasses.is_dataclass(default):
-            kwargs[name] = _build(type(default), value, f"{where}.{name}")
-        else:
-            kwargs[name] = value
-    return cls(**kwargs)
+    def sections(self, names: tuple[str, ...]) -> dict[str, Any]:
+        """The named sections as plain dicts (what a stage's cache key covers)."""
+        return {n: dataclasses.asdict(getattr(self, n)) for n in names}

@@ -1,7 +1,8 @@
 """Ingestion: sources → document rows ``{id, uid, text, reason, detail}`` (docs/interfaces.md).
 
-Sources are local files, directories (recursive, sorted, hidden files skipped), globs and fsspec
-URLs; ``resolve_sources`` expands them up front and fails with ``SourceError`` naming the source
+Sources are local files, directories (recursive, sorted, hidden files skipped), globs and URIs
+(``s3://``, ``gs://``, ``https://``, read through ``common.storage``); ``resolve_sources`` expands
+them up front and fails with ``SourceError`` naming the source
 before any work starts. Formats by extension (after an optional ``.gz``/``.bz2``/``.zst``):
 
 * plain text (``.txt`` and anything unrecognised), split by ``IngestConfig.text_mode``:
@@ -17,8 +18,12 @@ before any work starts. Formats by extension (after an optional ``.gz``/``.bz2``
 Text and JSONL are streamed through ``text_stream.LineReader``: memory per file is bounded by
 ``max_document_bytes`` plus one read chunk, whatever the file size.
 
-Ids are stable: ``"{source}:{offset}"`` with the byte offset of the document's first byte in the
-decompressed stream (Parquet: ``"{source}:row{N}"``); ``uid`` is a 63-bit blake2b of the id.
+Ids are stable and location-independent: ``"{name}:{offset}"`` where ``name`` is the file's
+path relative to the deepest folder containing every input (``Sources.root``) and ``offset``
+the byte offset of the document's first byte in the decompressed stream (Parquet:
+``"{name}:row{N}"``); ``uid`` is a 63-bit blake2b of the id. The same corpus read from another
+mount, bucket or URL therefore keeps the same uids, hence the same dedup survivors (smallest
+uid) and the same validation split (a hash of the uid).
 
 Bad input is never fatal. It becomes a row with a ``reason`` (and a capped prefix of its text or
 bytes for the quarantine): ``ingest:corrupt_compression`` (documents before the damage are kept),
@@ -40,13 +45,15 @@ a boundary is read exactly once and ids equal those of a whole-file read.
 """
 from __future__ import annotations
 
-import hashlib
+import os
+from dataclasses import dataclass
 from pathlib import PurePosixPath
-from typing import Iterator, NamedTuple
+from typing import Any, Iterator, NamedTuple
 
-import fsspec
 import numpy as np
-from fsspec.implementations.local import LocalFileSystem
+
+from common import storage
+from common.hashing import digest, stable_uid
 
 from pipelines.config import IngestConfig
 from pipelines.parquet_source import parquet_rows
@@ -71,76 +78,95 @@ class SourceError(FileNotFoundError):
     """A source path that does not exist or matches no file."""
 
 
+@dataclass(frozen=True)
+class Sources:
+    """The resolved input files, their common root, and their identity for the cache key."""
+    files: tuple[str, ...]  # full paths or URIs, sorted
+    root: str  # the deepest folder that contains every file (ids are relative to it)
+    fingerprint: str  # hash of (relative path, size, mtime or ETag) of every file
+
+    def name(self, path: str) -> str:
+        """The stable, location-independent name of a file: its path relative to ``root``."""
+        return path[len(self.root):].lstrip("/") if path.startswith(self.root) else path
+
+
 # ---------------------------------------------------------------------------------------------
 # Sources
 # ---------------------------------------------------------------------------------------------
-def resolve_sources(sources: list[str]) -> list[str]:
-    """Expand files, directories, globs and fsspec URLs into a sorted, de-duplicated file list."""
+def resolve_sources(sources: list[str] | str) -> Sources:
+    """Expand files, directories, globs and URIs into a sorted file list with a common root.
+
+    Fails with ``SourceError`` naming the source before any work starts. One listing per source
+    (``find``/``glob`` with details) gives every file's size and modification stamp for the
+    fingerprint, so a bucket of many files costs a few LIST calls, not one HEAD per file.
+    """
     if isinstance(sources, str):
         sources = [sources]
     if not sources:
         raise SourceError("no sources given")
-    found: set[str] = set()
+    found: dict[str, dict[str, Any]] = {}
     for source in sources:
         found.update(_resolve_one(str(source)))
-    return sorted(found)
+    files = sorted(found)
+    root = _common_root(files)
+    items = []
+    for f in files:
+        info = found[f]
+        stamp = info.get("ETag") or info.get("etag") or info.get("mtime") or info.get("LastModified") or ""
+        items.append([f[len(root):], info.get("size"), str(stamp)])
+    return Sources(tuple(files), root, digest(items))
 
 
-def _resolve_one(source: str) -> list[str]:
+def _resolve_one(source: str) -> dict[str, dict[str, Any]]:
     try:
-        fs, path = fsspec.core.url_to_fs(source)
-    except (ImportError, ValueError) as exc:  # "Install s3fs to access S3", unknown protocol
-        raise SourceError(f"{source}: cannot open this kind of source ({exc})") from exc
-    if any(ch in path for ch in "*?["):
-        files = []
-        for match in sorted(fs.glob(path)):
-            if _hidden(PurePosixPath(match).name):
-                continue
-            files.extend(_walk(fs, match) if fs.isdir(match) else [match])
-    elif fs.isdir(path):
-        files = _walk(fs, path)
-    elif fs.isfile(path):
-        files = [path]
-    else:
-        raise SourceError(f"{source}: no such file or directory")
-    if not files:
+        fs, path = storage.url_to_fs(source)
+    except storage.StorageError as exc:
+        raise SourceError(str(exc)) from exc
+    try:
+        if any(ch in path for ch in "*?["):
+            found = {}
+            for match, info in sorted(fs.glob(path, detail=True).items()):
+                if _hidden(PurePosixPath(match).name):
+                    continue
+                found.update(_walk(fs, match) if info.get("type") == "directory" else {match: info})
+        elif fs.isdir(path):
+            found = _walk(fs, path)
+        elif fs.isfile(path):
+            found = {path: fs.info(path)}
+        else:
+            raise SourceError(f"{source}: no such file or directory")
+    except (FileNotFoundError, PermissionError) as exc:
+        if isinstance(exc, SourceError):
+            raise
+        raise SourceError(f"{source}: cannot list ({exc})") from exc
+    if not found:
         raise SourceError(f"{source}: matches no files")
-    local = isinstance(fs, LocalFileSystem)
-    return [p if local else fs.unstrip_protocol(p) for p in files]
+    return {storage.full_uri(fs, p): info for p, info in found.items()}
 
 
-def _walk(fs, root: str) -> list[str]:
+def _walk(fs, root: str) -> dict[str, dict[str, Any]]:
     root_parts = len(PurePosixPath(root).parts)
-    out = []
-    for path in fs.find(root):
+    out = {}
+    for path, info in fs.find(root, detail=True).items():
         rel = PurePosixPath(path).parts[root_parts:]
         if not any(_hidden(part) for part in rel):
-            out.append(path)
-    return sorted(out)
+            out[path] = info
+    return out
 
 
 def _hidden(name: str) -> bool:
     return name.startswith(".")
 
 
-def source_bytes(paths: list[str]) -> int:
-    """Total size on storage (compressed) of the given files, for MB/s statistics."""
-    total = 0
-    for path in paths:
-        fs, p = fsspec.core.url_to_fs(path)
-        total += int(fs.size(p) or 0)
-    return total
+def _common_root(files: list[str]) -> str:
+    """The longest ``/``-terminated prefix shared by every file (a folder, never a partial name)."""
+    prefix = os.path.commonprefix(files) if files else ""
+    return prefix[:prefix.rfind("/") + 1]
 
 
 # ---------------------------------------------------------------------------------------------
 # Rows and batches
 # ---------------------------------------------------------------------------------------------
-def stable_uid(id: str) -> int:  # noqa: A002 - the column is called id
-    """Deterministic 63-bit hash of a document id (fits int64, never negative)."""
-    digest = hashlib.blake2b(id.encode("utf-8", "surrogatepass"), digest_size=8).digest()
-    return int.from_bytes(digest, "little") & ((1 << 63) - 1)
-
-
 def rows_to_batch(rows: list[Row]) -> dict[str, np.ndarray]:
     """Document rows as a numpy batch (object arrays of ``str``, ``uid`` as int64)."""
     batch = {name: np.empty(len(rows), dtype=object) for name in ("id", "text", "reason", "detail")}
@@ -153,8 +179,8 @@ def rows_to_batch(rows: list[Row]) -> dict[str, np.ndarray]:
 # ---------------------------------------------------------------------------------------------
 # Reading one file (or one byte range of it)
 # ---------------------------------------------------------------------------------------------
-def read_documents(path: str, cfg: IngestConfig, *, start: int = 0,
-                   end: int | None = None) -> Iterator[dict[str, np.ndarray]]:
+def read_documents(path: str, cfg: IngestConfig, *, start: int = 0, end: int | None = None,
+                   name: str | None = None) -> Iterator[dict[str, np.ndarray]]:
     """Stream the documents of one file as batches of at most ``cfg.batch_size`` rows
     (fewer when they reach ``BATCH_CHARS`` characters of text).
 
@@ -164,7 +190,7 @@ def read_documents(path: str, cfg: IngestConfig, *, start: int = 0,
     _check_config(cfg)
     rows: list[Row] = []
     chars = 0
-    for row in iter_rows(path, cfg, start=start, end=end):
+    for row in iter_rows(path, cfg, start=start, end=end, name=name):
         rows.append(row)
         chars += len(row.text)
         if len(rows) >= cfg.batch_size or chars >= BATCH_CHARS:
@@ -174,27 +200,33 @@ def read_documents(path: str, cfg: IngestConfig, *, start: int = 0,
         yield rows_to_batch(rows)
 
 
-def iter_rows(path: str, cfg: IngestConfig, *, start: int = 0, end: int | None = None) -> Iterator[Row]:
-    """Every row of one file (or byte range), documents and rejects, in file order."""
-    compression, name = compression_of(path)
-    kind = file_kind(name)
+def iter_rows(path: str, cfg: IngestConfig, *, start: int = 0, end: int | None = None,
+              name: str | None = None) -> Iterator[Row]:
+    """Every row of one file (or byte range), documents and rejects, in file order.
+
+    Ids are ``"{name}:{offset}"``; ``name`` defaults to ``path`` (``ingest_dataset`` passes the
+    path relative to the sources' root, so ids do not depend on where the corpus is mounted).
+    """
+    name = name or path
+    compression, base_name = compression_of(path)
+    kind = file_kind(base_name)
     whole = start == 0 and end is None
     if not whole and not splittable(path, cfg):
         raise ValueError(f"{path}: byte ranges need uncompressed text or JSONL (not {kind}, "
                          f"compression {compression}, text_mode {cfg.text_mode})")
     if kind == "parquet":
         rows = (Row(*r) for r in parquet_rows(path, compression=compression, column=cfg.parquet_column,
-                                              max_document_bytes=cfg.max_document_bytes))
+                                              max_document_bytes=cfg.max_document_bytes, name=name))
     else:
-        splitter = JsonlSplitter(path, cfg) if kind == "jsonl" else TextSplitter(path, cfg)
-        rows = _stream_rows(path, compression, splitter, cfg=cfg, start=start, end=end)
+        splitter = JsonlSplitter(name, cfg) if kind == "jsonl" else TextSplitter(name, cfg)
+        rows = _stream_rows(path, compression, splitter, cfg=cfg, start=start, end=end, name=name)
     n = 0
     for row in rows:
         n += 1
         yield row
     if n == 0 and whole:  # a range may legitimately hold no document start
         suffix = "row0" if kind == "parquet" else "0"
-        yield Row(f"{path}:{suffix}", "", "ingest:empty_file", "the file holds no document")
+        yield Row(f"{name}:{suffix}", "", "ingest:empty_file", "the file holds no document")
 
 
 def file_kind(name: str) -> str:
@@ -220,20 +252,20 @@ def _check_config(cfg: IngestConfig) -> None:
 
 
 def _stream_rows(path: str, compression: str | None, splitter, *, cfg: IngestConfig,
-                 start: int, end: int | None) -> Iterator[Row]:
-    with fsspec.open(path, "rb") as raw:
+                 start: int, end: int | None, name: str) -> Iterator[Row]:
+    with storage.open_input(path) as raw:
         stream = decompressed(raw, compression)
         try:
             head = read_some(stream, CHUNK)
         except StorageError:
             raise
         except CORRUPT_ERRORS if compression else () as exc:
-            yield Row(f"{path}:0", "", "ingest:corrupt_compression",
+            yield Row(f"{name}:0", "", "ingest:corrupt_compression",
                       f"{type(exc).__name__}: {exc} (at decompressed byte 0)")
             return
         if b"\x00" in head[:BINARY_PROBE]:
             if start == 0:  # every range sniffs the file head; the first one reports it
-                yield Row(f"{path}:0", repr(head[:256]), "ingest:binary",
+                yield Row(f"{name}:0", repr(head[:256]), "ingest:binary",
                           "NUL bytes in the first bytes: not a text file")
             return
         base = 0
@@ -248,10 +280,10 @@ def _stream_rows(path: str, compression: str | None, splitter, *, cfg: IngestCon
         reader = LineReader(stream, max_line=cfg.max_document_bytes, head=head, base=base)
         # Only a decompressor can find damaged data; on a plain file every error is I/O.
         corrupt = CORRUPT_ERRORS if compression else ()
-        yield from _split_lines(path, reader, splitter, end=end, corrupt=corrupt)
+        yield from _split_lines(name, reader, splitter, end=end, corrupt=corrupt)
 
 
-def _split_lines(path: str, reader: LineReader, splitter, *, end: int | None,
+def _split_lines(name: str, reader: LineReader, splitter, *, end: int | None,
                  corrupt: tuple[type[BaseException], ...]) -> Iterator[Row]:
     try:
         for line in reader:
@@ -264,7 +296,7 @@ def _split_lines(path: str, reader: LineReader, splitter, *, end: int | None,
         raise
     except corrupt as exc:
         start, prefix = splitter.partial(reader.consumed)
-        yield Row(f"{path}:{start}", quarantine_text(prefix + reader.tail), "ingest:corrupt_compression",
+        yield Row(f"{name}:{start}", quarantine_text(prefix + reader.tail), "ingest:corrupt_compression",
                   f"{type(exc).__name__}: {exc} (good data ends at decompressed byte {reader.consumed})")
         return
     row = splitter.finish()
@@ -277,43 +309,45 @@ def _split_lines(path: str, reader: LineReader, splitter, *, end: int | None,
 # ---------------------------------------------------------------------------------------------
 class ReadTask(NamedTuple):
     path: str
+    name: str  # the id prefix: the path relative to the sources' root
     start: int = 0
     end: int = -1  # -1: to the end of the file
 
 
-def plan_reads(paths: list[str], cfg: IngestConfig, *, split_bytes: int | None = SPLIT_BYTES) -> list[ReadTask]:
+def plan_reads(sources: Sources, cfg: IngestConfig, *, split_bytes: int | None = SPLIT_BYTES) -> list[ReadTask]:
     """One task per file, or per ``split_bytes`` range of a large splittable file."""
     tasks = []
-    for path in paths:
+    for path in sources.files:
         size = 0
         if split_bytes and splittable(path, cfg):
-            fs, p = fsspec.core.url_to_fs(path)
-            size = int(fs.size(p) or 0)
+            size = storage.size(path) or 0
+        name = sources.name(path)
         if size <= (split_bytes or 0):
-            tasks.append(ReadTask(path))
+            tasks.append(ReadTask(path, name))
             continue
-        tasks.extend(ReadTask(path, lo, lo + split_bytes if lo + split_bytes < size else -1)
+        tasks.extend(ReadTask(path, name, lo, lo + split_bytes if lo + split_bytes < size else -1)
                      for lo in range(0, size, split_bytes))
     return tasks
 
 
 def _read_tasks(batch: dict[str, np.ndarray], cfg: IngestConfig) -> Iterator[dict[str, np.ndarray]]:
-    for path, start, end in zip(batch["path"], batch["start"], batch["end"]):
+    for path, name, start, end in zip(batch["path"], batch["name"], batch["start"], batch["end"]):
         end = None if int(end) < 0 else int(end)
-        yield from read_documents(str(path), cfg, start=int(start), end=end)
+        yield from read_documents(str(path), cfg, start=int(start), end=end, name=str(name))
 
 
-def ingest_dataset(paths: list[str], cfg: IngestConfig, *, split_bytes: int | None = SPLIT_BYTES):
-    """A Ray Data dataset of the document rows of ``paths``.
+def ingest_dataset(sources: Sources, cfg: IngestConfig, *, split_bytes: int | None = SPLIT_BYTES):
+    """A Ray Data dataset of the document rows of ``sources``.
 
     One read task per file; uncompressed text/JSONL files larger than ``split_bytes`` are read as
-    several byte ranges in parallel (``None`` or 0 disables splitting).
+    several byte ranges in parallel (``None`` or 0 disables splitting). Workers open the files
+    by their full URI; ids use the root-relative names.
     """
     import ray.data
 
-    if not paths:
+    if not sources.files:
         raise SourceError("no input files to ingest")
     _check_config(cfg)
-    tasks = plan_reads(list(paths), cfg, split_bytes=split_bytes)
+    tasks = plan_reads(sources, cfg, split_bytes=split_bytes)
     ds = ray.data.from_items([t._asdict() for t in tasks], override_num_blocks=len(tasks))
     return ds.map_batches(_read_tasks, fn_kwargs={"cfg": cfg}, batch_size=1, batch_format="numpy")

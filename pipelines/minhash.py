@@ -54,6 +54,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from common.hashing import fmix64
 from pipelines import minhash_numpy
 from pipelines.config import DedupConfig
 
@@ -101,16 +102,6 @@ class Permutations:
         a = rng.integers(1, MERSENNE, size=num_perm, dtype=np.uint64)
         b = rng.integers(0, MERSENNE, size=num_perm, dtype=np.uint64)
         return cls(a=a, b=b)
-
-
-def fmix64(x: np.ndarray) -> np.ndarray:
-    """murmur3's 64-bit finaliser (a bijection that mixes every input bit into every output)."""
-    x = x ^ (x >> np.uint64(33))
-    x *= np.uint64(0xFF51AFD7ED558CCD)
-    x ^= x >> np.uint64(33)
-    x *= np.uint64(0xC4CEB9FE1A85EC53)
-    x ^= x >> np.uint64(33)
-    return x
 
 
 def _concat(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:

@@ -42,33 +42,16 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from pipelines import schema
+from common.hashing import hash64, unit_float
 from pipelines.config import PackConfig
 
-_MASK64 = (1 << 64) - 1
-_GOLDEN = 0x9E3779B97F4A7C15
 _RNG_SALT = 0x5EED_0F_E1EC_7A
 _SPLIT_SALT = 0x5B11_7_0F_DA7A
 
 
-def _splitmix(x: np.ndarray) -> np.ndarray:
-    with np.errstate(over="ignore"):
-        x = x + np.uint64(_GOLDEN)
-        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        return x ^ (x >> np.uint64(31))
-
-
-def hash64(seed: int, values: np.ndarray) -> np.ndarray:
-    """A well-mixed 64-bit hash of (seed, value) for an int64 array (splitmix64, vectorised)."""
-    s = _splitmix(np.array([seed & _MASK64], dtype=np.uint64))[0]
-    return _splitmix(np.asarray(values).astype(np.int64).view(np.uint64) ^ s)
-
-
 def is_validation(uids: np.ndarray, cfg: PackConfig) -> np.ndarray:
     """Boolean mask: documents whose hash(seed, uid) / 2**64 falls below the validation fraction."""
-    h = hash64(cfg.seed ^ _SPLIT_SALT, uids)
-    return (h >> np.uint64(11)).astype(np.float64) * 2.0 ** -53 < cfg.validation_fraction
+    return unit_float(hash64(cfg.seed ^ _SPLIT_SALT, uids)) < cfg.validation_fraction
 
 
 def document_rngs(uids: np.ndarray, cfg: PackConfig) -> list[random.Random]:
@@ -180,22 +163,25 @@ class ExamplePacker:
 
     ``ds.map_batches(ExamplePacker, fn_constructor_args=(tokenizer_json, cfg),
     batch_format="numpy", concurrency=...)``. Input columns ``uid`` and ``text`` (others are
-    ignored); output ``key``, ``split``, ``input_ids`` (int32), ``segment_ids`` (uint8).
+    ignored); output (a pyarrow table) ``uid``, ``ordinal`` (the example's index in its
+    document), ``split``, ``input_ids`` (list of int32, unpadded) and ``b_start`` (index of the
+    first segment-B token, the length when there is none).
     ``self.totals`` accumulates :class:`PackStats` over the batches this instance has seen.
     """
 
-    def __init__(self, tokenizer_json_path: str, cfg: PackConfig):
+    def __init__(self, tokenizer: Any, cfg: PackConfig):
+        """``tokenizer``: a ``tokenizers.Tokenizer`` or the path of a local ``tokenizer.json``."""
         from tokenizers import Tokenizer
 
         self.cfg = cfg
-        self.tokenizer = Tokenizer.from_file(str(tokenizer_json_path))
+        self.tokenizer = tokenizer if isinstance(tokenizer, Tokenizer) else Tokenizer.from_file(str(tokenizer))
         # Truncation/padding set in a tokenizer.json would silently cut documents.
         self.tokenizer.no_truncation()
         self.tokenizer.no_padding()
         ids = {t: self.tokenizer.token_to_id(t) for t in ("[CLS]", "[SEP]", "[PAD]")}
         missing = [t for t, i in ids.items() if i is None]
         if missing:
-            raise ValueError(f"{tokenizer_json_path}: missing special token(s) {missing}")
+            raise ValueError(f"tokenizer {tokenizer}: missing special token(s) {missing}")
         self.special = SpecialIds(cls=ids["[CLS]"], sep=ids["[SEP]"], pad=ids["[PAD]"])
         self._encode = getattr(self.tokenizer, "encode_batch_fast", self.tokenizer.encode_batch)
         self.totals = PackStats(0, 0, 0, 0)
@@ -211,12 +197,14 @@ class ExamplePacker:
             pos += len(lines)
         return out
 
-    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def __call__(self, batch: dict[str, np.ndarray]) -> Any:
+        import pyarrow as pa
+
         uids = np.asarray(batch["uid"], dtype=np.int64)
         token_docs = self.tokenize(batch["text"])
         rngs = document_rngs(uids, self.cfg)
         valid = is_validation(uids, self.cfg)
-        keys, splits, all_ids, all_segs = [], [], [], []
+        out_uid, ordinals, splits, b_start, ids_flat, lengths = [], [], [], [], [], []
         empty = 0
         for uid, lines, rng, is_val in zip(uids.tolist(), token_docs, rngs, valid.tolist()):
             examples = pack_document(lines, rng, self.cfg, self.special)
@@ -225,20 +213,18 @@ class ExamplePacker:
                 continue
             split = "validation" if is_val else "train"
             for n, (ids, segs) in enumerate(examples):
-                keys.append(f"{uid & 0xFFFFFFFFFFFFFFFF:016x}-{n:05d}")
+                out_uid.append(uid)
+                ordinals.append(n)
                 splits.append(split)
-                all_ids.append(np.array(ids, dtype=schema.ID_DTYPE))
-                all_segs.append(np.array(segs, dtype=schema.SEGMENT_DTYPE))
+                b_start.append(len(ids) - sum(segs))  # segments are 0...0 1...1
+                ids_flat += ids
+                lengths.append(len(ids))
         t = self.totals
         self.totals = PackStats(t.documents + len(uids), t.empty_documents + empty,
-                                t.examples + len(keys), t.tokens + sum(len(x) for x in all_ids))
-        return {"key": np.array(keys, dtype=object), "split": np.array(splits, dtype=object),
-                "input_ids": _object_array(all_ids), "segment_ids": _object_array(all_segs)}
-
-
-def _object_array(arrays: list[np.ndarray]) -> np.ndarray:
-    # np.array(list_of_arrays) would build a 2-D array when all lengths happen to be equal.
-    out = np.empty(len(arrays), dtype=object)
-    for i, a in enumerate(arrays):
-        out[i] = a
-    return out
+                                t.examples + len(lengths), t.tokens + len(ids_flat))
+        offsets = np.zeros(len(lengths) + 1, np.int32)
+        np.cumsum(lengths, out=offsets[1:])
+        input_ids = pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), pa.array(ids_flat, pa.int32()))
+        return pa.table({"uid": pa.array(out_uid, pa.int64()), "ordinal": pa.array(ordinals, pa.int32()),
+                         "split": pa.array(splits, pa.string()), "input_ids": input_ids,
+                         "b_start": pa.array(b_start, pa.int32())})

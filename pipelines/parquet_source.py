@@ -5,7 +5,7 @@ text column of one row group, so memory is bounded by the largest row group, not
 Parquet needs random access: an externally compressed ``.parquet.gz``/``.zst`` is first streamed
 to an anonymous temporary file on disk.
 
-Rows come out as plain tuples ``(id, text, reason, detail)`` with ids ``"{path}:row{N}"``. An
+Rows come out as plain tuples ``(id, text, reason, detail)`` with ids ``"{name}:row{N}"``. An
 unreadable file or row group becomes one ``ingest:bad_parquet`` row (rows before it are kept); a
 missing or non-text column one ``ingest:missing_field`` row; null or blank values
 ``ingest:empty_document``; values over ``max_document_bytes`` ``ingest:oversize``.
@@ -17,19 +17,22 @@ import tempfile
 from contextlib import ExitStack
 from typing import Iterator
 
-import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from common import storage
 from pipelines.text_stream import CORRUPT_ERRORS, QUARANTINE_BYTES, StorageError, decompressed
 
 PARQUET_ERRORS = (pa.ArrowException, OSError, ValueError, EOFError)
 
 
-def parquet_rows(path: str, *, compression: str | None, column: str,
-                 max_document_bytes: int) -> Iterator[tuple[str, str, str, str]]:
+def parquet_rows(path: str, *, compression: str | None, column: str, max_document_bytes: int,
+                 name: str | None = None) -> Iterator[tuple[str, str, str, str]]:
+    """Rows of the Parquet file at ``path``; ids are ``"{name}:row{N}"`` (``name`` defaults to
+    ``path``; ingestion passes the path relative to the sources' root)."""
+    opened, path = path, name or path
     with ExitStack() as stack:
-        source = stack.enter_context(fsspec.open(path, "rb"))
+        source = stack.enter_context(storage.open_input(opened))
         if compression is not None:
             spool = stack.enter_context(tempfile.TemporaryFile())
             try:

@@ -1,121 +1,172 @@
-"""Stage outputs as Parquet parts, written and summarised in one pass.
+"""Stage outputs as files on the store: written by the Ray tasks, summarised in the same pass.
 
-Every stage of ``build`` ends the same way: its rows go to Parquet under the stage's private
-folder, and the manifest wants counts of them (documents by drop reason and their bytes, or
-examples and tokens by split). Ray's ``write_parquet`` followed by a ``groupby().aggregate()``
-reads everything twice and adds a shuffle per stage; on a small cluster those fixed costs (a Ray
-Data execution is ~1 s, a shuffle more) outweighed the work itself and kept the pipeline from
-scaling with CPUs. Here the last operator of a stage is ``write_parts``: each Ray task writes its
-block as one Parquet file and returns a one-row-per-group summary of that block, which the driver
-sums. No second read, no shuffle, and the summary is exact because it counts what was written.
+A stage ends with ``write_documents`` or ``write_examples`` as its last operator. Each Ray task
+writes its block straight to the stage's location (a local path or a bucket: no file goes
+through the driver's disk) and returns one summary row, a JSON object with the statistics of
+what it wrote and the names of the files it wrote. The driver adds the rows up. That costs no
+second read and no shuffle, and the counts are exact because they count what was written.
 
-A part's file name is a hash of its key column (``uid`` for documents, ``key`` for examples), so
-a retried task rewrites the same file instead of adding a second copy; each file is written to a
-dot-temp name and renamed. Row groups are kept small (``ROW_GROUP_ROWS``) because Ray's Parquet
-reader splits files by row group: the next stage gets parallel read tasks even from one big part.
+* Kept document rows go to ``<data>/part-<hash>.parquet`` (all columns: the next stage's input).
+* Dropped document rows go to ``<rejected>/part-<hash>.jsonl.zst``: id, reason, detail and the
+  first ``text_prefix_chars`` characters of the text (the whole text with ``full_text``), one
+  JSON object per line, zstd-compressed. Nothing the pipeline drops disappears unrecorded, and
+  the quarantine no longer costs as much disk as the corpus.
+
+A file's name is a hash of its rows' keys, so a retried task rewrites the same file instead of
+adding a second copy. The files a stage produced are listed in its completion marker
+(``pipelines.runner``); readers open exactly those, never "whatever is in the folder", so the
+leftovers of a killed attempt are never read. Row groups are small (``ROW_GROUP_ROWS``) because
+Ray's Parquet reader splits files by row group: the next stage gets parallel read tasks even
+from one big part.
 """
 from __future__ import annotations
 
-import hashlib
-import os
-from pathlib import Path
+import json
 from typing import Any, Callable
 
 import numpy as np
 import pyarrow as pa
 
+from common import storage
+from common.hashing import blake2b64
+
 ROW_GROUP_ROWS = 2048
+_ZSTD_LEVEL = 6
 
 
-def _part_name(table: pa.Table, key: str) -> str:
-    col = table.column(key)
+def part_name(keys: list[np.ndarray], suffix: str) -> str:
+    """``part-<hash>.<suffix>`` from the key columns of the rows in the file."""
+    import hashlib
+
     h = hashlib.blake2b(digest_size=12)
-    if pa.types.is_integer(col.type):
-        h.update(np.ascontiguousarray(col.to_numpy()).tobytes())
-    else:
-        h.update("\0".join(map(str, col.to_pylist())).encode("utf-8", "surrogatepass"))
-    return f"part-{h.hexdigest()}.parquet"
+    for k in keys:
+        h.update(np.ascontiguousarray(np.asarray(k).astype(np.int64)).tobytes())
+    return f"part-{h.hexdigest()}.{suffix}"
 
 
-def _write_and_summarise(table: pa.Table, *, out_dir: str, key: str,
-                         summarise: Callable[[pa.Table], dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+def parquet_bytes(table: pa.Table) -> bytes:
     import pyarrow.parquet as pq
 
-    if table.num_rows:
-        path = Path(out_dir) / _part_name(table, key)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
-        pq.write_table(table, tmp, row_group_size=ROW_GROUP_ROWS)
-        os.replace(tmp, path)
-    return summarise(table)
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, row_group_size=ROW_GROUP_ROWS)
+    return sink.getvalue().to_pybytes()
 
 
-def write_parts(ds: Any, out_dir: Path, *, key: str,
-                summarise: Callable[[pa.Table], dict[str, np.ndarray]]) -> list[dict[str, Any]]:
-    """Run ``ds`` to the end, writing one Parquet part per block under ``out_dir``.
+def _summary(**fields: Any) -> dict[str, np.ndarray]:
+    return {"summary": np.array([json.dumps(fields)], dtype=object)}
 
-    ``summarise(table)`` (a module-level function: it runs in Ray workers) maps a block to a few
-    summary rows; all of them come back to the driver (add them up with ``sum_by``).
+
+def _run(ds: Any, fn: Callable, **kwargs: Any) -> list[dict[str, Any]]:
+    rows = ds.map_batches(fn, batch_format="pyarrow", batch_size=None, fn_kwargs=kwargs).take_all()
+    return [json.loads(r["summary"]) for r in rows]
+
+
+# ------------------------------------------------------------------------------ documents
+def _rejected_lines(table: pa.Table, prefix_chars: int, full_text: bool) -> bytes:
+    cols = {c: table.column(c).to_pylist() for c in ("id", "reason", "detail", "text")}
+    lines = []
+    for rid, reason, detail, text in zip(cols["id"], cols["reason"], cols["detail"], cols["text"]):
+        text = text or ""
+        record = {"id": rid, "reason": reason, "detail": detail,
+                  "text": text if full_text else text[:prefix_chars], "chars": len(text)}
+        lines.append(json.dumps(record, ensure_ascii=False))
+    return ("\n".join(lines) + "\n").encode("utf-8", "surrogatepass")
+
+
+def _write_document_block(table: pa.Table, *, data: str, rejected: str, prefix_chars: int,
+                          full_text: bool) -> dict[str, np.ndarray]:
+    import pyarrow.compute as pc
+    import zstandard
+
+    reason = table.column("reason")
+    kept_mask = pc.equal(reason, "")
+    kept, dropped = table.filter(kept_mask), table.filter(pc.invert(kept_mask))
+    files, stats = [], {}
+    if kept.num_rows:
+        name = part_name([kept.column("uid").to_numpy()], "parquet")
+        storage.write_bytes(storage.join(data, name), parquet_bytes(kept))
+        files.append({"name": name, "rows": kept.num_rows})
+    rejected_files = []
+    if dropped.num_rows:
+        name = part_name([dropped.column("uid").to_numpy()], "jsonl.zst")
+        blob = zstandard.ZstdCompressor(level=_ZSTD_LEVEL).compress(
+            _rejected_lines(dropped, prefix_chars, full_text))
+        storage.write_bytes(storage.join(rejected, name), blob)
+        rejected_files.append({"name": name, "rows": dropped.num_rows, "bytes": len(blob)})
+    counts = pa.table({"reason": reason, "bytes": pc.binary_length(table.column("text"))}).group_by(
+        "reason").aggregate([("bytes", "count"), ("bytes", "sum")])
+    for r, n, b in zip(counts.column("reason").to_pylist(), counts.column("bytes_count").to_pylist(),
+                       counts.column("bytes_sum").to_pylist()):
+        stats[r] = [int(n), int(b or 0)]
+    return _summary(files=files, rejected=rejected_files, reasons=stats)
+
+
+def write_documents(ds: Any, *, data: str, rejected: str, prefix_chars: int,
+                    full_text: bool) -> dict[str, Any]:
+    """Run ``ds`` (document rows) to the end; kept rows to ``data``, dropped ones to ``rejected``.
+
+    Returns ``{"files": [...], "rejected": [...], "reasons": {reason: [documents, bytes]}}`` over
+    all blocks (reason ``""`` = kept).
     """
-    out_dir.mkdir(parents=True, exist_ok=True)
-    return ds.map_batches(_write_and_summarise, batch_format="pyarrow", batch_size=None,
-                          fn_kwargs={"out_dir": str(out_dir), "key": key, "summarise": summarise}).take_all()
-
-
-def sum_by(rows: list[dict[str, Any]], group: str) -> dict[str, dict[str, int]]:
-    """Sum every numeric field of the summary rows per value of ``group``."""
-    out: dict[str, dict[str, int]] = {}
+    rows = _run(ds, _write_document_block, data=data, rejected=rejected, prefix_chars=prefix_chars,
+                full_text=full_text)
+    out: dict[str, Any] = {"files": [], "rejected": [], "reasons": {}}
     for r in rows:
-        acc = out.setdefault(str(r[group]), {})
-        for k, v in r.items():
-            if k != group:
-                acc[k] = acc.get(k, 0) + int(v)
+        out["files"] += r["files"]
+        out["rejected"] += r["rejected"]
+        for reason, (n, b) in r["reasons"].items():
+            acc = out["reasons"].setdefault(reason, [0, 0])
+            acc[0] += n
+            acc[1] += b
+    out["files"].sort(key=lambda f: f["name"])
+    out["rejected"].sort(key=lambda f: f["name"])
     return out
 
 
-def document_summary(table: pa.Table) -> dict[str, np.ndarray]:
-    """Documents and UTF-8 bytes of ``text`` per ``reason`` ("" = kept)."""
-    import pyarrow.compute as pc
-
-    if table.num_rows == 0:
-        return {"reason": np.array([], dtype=object), "documents": np.array([], np.int64),
-                "bytes": np.array([], np.int64)}
-    t = pa.table({"reason": table.column("reason"), "bytes": pc.binary_length(table.column("text"))})
-    g = t.group_by("reason").aggregate([("bytes", "count"), ("bytes", "sum")])
-    return {"reason": np.asarray(g.column("reason").to_pylist(), dtype=object),
-            "documents": g.column("bytes_count").to_numpy().astype(np.int64),
-            "bytes": g.column("bytes_sum").fill_null(0).to_numpy().astype(np.int64)}
-
-
-def read_parts(path: Path, kept: bool | None = True) -> Any:
-    """A stage's Parquet output as a Dataset: kept rows, dropped rows (``kept=False``) or all."""
-    import pyarrow.dataset as pds
-    import ray
-
-    files = sorted(str(p) for p in path.rglob("*.parquet"))
-    if not files:
-        return ray.data.from_items([])
-    if kept is None:
-        return ray.data.read_parquet(files)
-    # The predicate goes into the read task itself (pyarrow's dataset filter), not a separate
-    # Dataset.filter: that keeps read -> map -> write one fused operator, which Ray Data runs
-    # with all CPUs, where two operators split them between reads and maps.
-    keep = (pds.field("reason") == "") if kept else (pds.field("reason") != "")
-    return ray.data.read_parquet(files, filter=keep)
-
-
-def document_stats(rows: list[dict[str, Any]], seconds: float) -> dict[str, Any]:
-    """The manifest's per-stage statistics from ``document_summary`` rows of the stage's output.
+def document_stats(reasons: dict[str, list[int]]) -> dict[str, Any]:
+    """The manifest's per-stage statistics from ``write_documents``' reason counts.
 
     A stage reads only the rows its predecessor kept, so everything in its output came in:
     ``documents_in`` is the total and ``dropped`` holds this stage's own reasons.
     """
-    by_reason = sum_by(rows, "reason")
-    kept = by_reason.pop("", {"documents": 0, "bytes": 0})
-    total_docs = kept["documents"] + sum(v["documents"] for v in by_reason.values())
-    total_bytes = kept["bytes"] + sum(v["bytes"] for v in by_reason.values())
-    return {"documents_in": total_docs, "documents_out": kept["documents"],
-            "dropped": {k: v["documents"] for k, v in sorted(by_reason.items())},
-            "bytes_out": kept["bytes"], "bytes_in": total_bytes, "seconds": round(seconds, 3),
-            "docs_per_sec": round(total_docs / max(seconds, 1e-9), 1),
-            "mb_per_sec": round(total_bytes / 1e6 / max(seconds, 1e-9), 3)}
+    kept = reasons.get("", [0, 0])
+    dropped = {k: v for k, v in reasons.items() if k}
+    return {"documents_in": kept[0] + sum(v[0] for v in dropped.values()), "documents_out": kept[0],
+            "dropped": {k: v[0] for k, v in sorted(dropped.items())},
+            "bytes_in": kept[1] + sum(v[1] for v in dropped.values()), "bytes_out": kept[1]}
+
+
+# ------------------------------------------------------------------------------ examples
+def _write_example_block(table: pa.Table, *, data: str,
+                         summarise: Callable[[pa.Table], dict[str, Any]]) -> dict[str, np.ndarray]:
+    files = []
+    if table.num_rows:
+        name = part_name([table.column("uid").to_numpy(), table.column("ordinal").to_numpy()], "parquet")
+        storage.write_bytes(storage.join(data, name), parquet_bytes(table))
+        files.append({"name": name, "rows": table.num_rows})
+    return _summary(files=files, splits=summarise(table))
+
+
+def write_examples(ds: Any, *, data: str, summarise: Callable[[pa.Table], dict[str, Any]]) -> dict[str, Any]:
+    """Run ``ds`` (example rows) to the end, writing parts to ``data``; per-split sums of
+    ``summarise(block)`` (``{split: {name: number}}``) come back with the file list."""
+    rows = _run(ds, _write_example_block, data=data, summarise=summarise)
+    files, splits = [], {}
+    for r in rows:
+        files += r["files"]
+        for split, values in r["splits"].items():
+            acc = splits.setdefault(split, {})
+            for k, v in values.items():
+                acc[k] = acc.get(k, 0) + int(v)
+    return {"files": sorted(files, key=lambda f: f["name"]), "splits": dict(sorted(splits.items()))}
+
+
+# ------------------------------------------------------------------------------ reading
+def read_parts(folder: str, files: list[dict[str, Any]]) -> Any:
+    """The listed Parquet parts of a stage as one Dataset (nothing else in the folder is read)."""
+    import ray
+
+    uris = [storage.join(folder, f["name"]) for f in files]
+    if not uris:
+        return ray.data.from_items([])
+    return ray.data.read_parquet(uris)

@@ -37,15 +37,15 @@ import dataclasses
 import json
 import unicodedata
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
+from common import storage
+from common.hashing import hash64, sha256_bytes, unit_float
 from pipelines import schema
 from pipelines.config import TokenizerConfig
-from pipelines.pack import hash64
 
 KINDS = ("wordpiece", "unigram")
 MODEL_MAX_LENGTH = 512
@@ -158,7 +158,7 @@ def _canonical_ladder(pieces: list[list[Any]]) -> list[list[Any]]:
     return sorted(pieces, key=lambda ps: (-ps[1], ps[0]))
 
 
-def train_tokenizer(texts: Iterable[str], cfg: TokenizerConfig, out_dir: str | Path) -> schema.TokenizerInfo:
+def train_tokenizer(texts: Iterable[str], cfg: TokenizerConfig, out_dir: str) -> schema.TokenizerInfo:
     """Train a tokenizer of ``cfg.kind`` on ``texts`` and write it to ``out_dir``.
 
     ``texts`` is materialised (it is read twice for WordPiece); it is a bounded sample anyway.
@@ -175,28 +175,22 @@ def train_tokenizer(texts: Iterable[str], cfg: TokenizerConfig, out_dir: str | P
 
 
 # ---------------------------------------------------------------- sampling
-def _sizes(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    return {"nbytes": np.fromiter((len(t.encode("utf-8", "surrogatepass")) for t in batch["text"]),
-                                  dtype=np.int64, count=len(batch["text"]))}
-
-
 def _select(batch: dict[str, np.ndarray], *, seed: int, threshold: float) -> dict[str, np.ndarray]:
     h = hash64(seed, np.asarray(batch["uid"], dtype=np.int64))
-    keep = (h >> np.uint64(11)).astype(np.float64) * 2.0 ** -53 < threshold
+    keep = unit_float(h) < threshold
     return {"uid": np.asarray(batch["uid"], dtype=np.int64)[keep], "h": h[keep],
             "text": np.asarray(batch["text"], dtype=object)[keep]}
 
 
-def sample_texts(ds: Any, max_bytes: int, seed: int) -> list[str]:
+def sample_texts(ds: Any, max_bytes: int, seed: int, *, total_bytes: int) -> list[str]:
     """At most ``max_bytes`` of document text, chosen by hash(seed, uid), sorted by uid.
 
-    Two passes: the total size fixes a keep rate (with 10% slack); the kept rows are then
-    trimmed in hash order to the byte bound. Neither step depends on Ray's block order.
+    ``total_bytes`` (the UTF-8 size of all texts, which the previous stage counted) fixes a
+    keep rate with 10% slack; one pass keeps the rows under it, which are then trimmed in hash
+    order to the byte bound. Neither step depends on Ray's block order.
     """
-    if max_bytes <= 0 or ds.count() == 0:
-        return []
-    total = int(ds.select_columns(["text"]).map_batches(_sizes, batch_format="numpy").sum("nbytes") or 0)
-    if total == 0:
+    total = int(total_bytes)
+    if max_bytes <= 0 or total <= 0:
         return []
     rate = min(1.0, _SAMPLE_SLACK * max_bytes / total)
     rows = ds.select_columns(["uid", "text"]).map_batches(
@@ -214,16 +208,17 @@ def sample_texts(ds: Any, max_bytes: int, seed: int) -> list[str]:
 
 
 # ---------------------------------------------------------------- pretrained
-def _from_vocab_txt(path: Path, cfg: TokenizerConfig) -> Tokenizer:
+def _from_vocab_txt(path: str, data: bytes, cfg: TokenizerConfig) -> Tokenizer:
     vocab: dict[str, int] = {}
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            token = line.rstrip("\n").rstrip("\r")
-            if not token:
-                raise ValueError(f"{path}:{lineno}: empty line in vocab.txt")
-            if token in vocab:
-                raise ValueError(f"{path}:{lineno}: duplicate token {token!r}")
-            vocab[token] = len(vocab)
+    for lineno, line in enumerate(data.decode("utf-8").split("\n"), 1):
+        token = line.rstrip("\r")
+        if not token and lineno == data.count(b"\n") + 1:
+            break  # the empty remainder after the final newline
+        if not token:
+            raise ValueError(f"{path}:{lineno}: empty line in vocab.txt")
+        if token in vocab:
+            raise ValueError(f"{path}:{lineno}: duplicate token {token!r}")
+        vocab[token] = len(vocab)
     missing = [t for t in schema.SPECIAL_TOKENS if t not in vocab]
     if missing:
         raise ValueError(f"{path}: missing special token(s) {missing}")
@@ -235,18 +230,19 @@ def _from_vocab_txt(path: Path, cfg: TokenizerConfig) -> Tokenizer:
     return tok
 
 
-def load_pretrained(path: str | Path, cfg: TokenizerConfig, out_dir: str | Path) -> schema.TokenizerInfo:
-    """Use an existing ``tokenizer.json`` or BERT ``vocab.txt`` instead of training one."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: pretrained tokenizer not found")
-    if path.suffix == ".json":
+def load_pretrained(path: str, cfg: TokenizerConfig, out_dir: str) -> schema.TokenizerInfo:
+    """Use an existing ``tokenizer.json`` or BERT ``vocab.txt`` (any storage location)."""
+    try:
+        data = storage.read_bytes(path)
+    except storage.StorageError as exc:
+        raise FileNotFoundError(f"{path}: pretrained tokenizer not found") from exc
+    if str(path).endswith(".json"):
         try:
-            tok = Tokenizer.from_file(str(path))
+            tok = Tokenizer.from_str(data.decode("utf-8"))
         except Exception as exc:  # tokenizers raises a bare Exception on malformed JSON
             raise ValueError(f"{path}: not a tokenizers tokenizer.json ({exc})") from exc
     else:
-        tok = _from_vocab_txt(path, cfg)
+        tok = _from_vocab_txt(path, data, cfg)
     _check_specials(tok, where=str(path))
     if tok.post_processor is None:
         _attach_post_processor(tok)
@@ -310,15 +306,14 @@ def _vocab_lines(tok: Tokenizer) -> bytes:
     return "".join(f"{t}\n" for t, _ in by_id).encode("utf-8")
 
 
-def _write(tok: Tokenizer, *, kind: str, cfg: TokenizerConfig, out_dir: str | Path) -> schema.TokenizerInfo:
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+def _write(tok: Tokenizer, *, kind: str, cfg: TokenizerConfig, out_dir: str) -> schema.TokenizerInfo:
+    """The three tokenizer files into ``out_dir`` (any storage location); ``tokenizer.json`` last."""
+    out = str(out_dir)
     tok_json = tok.to_str(pretty=True).encode("utf-8")
-    schema.atomic_write_bytes(out / "tokenizer.json", tok_json)
-    schema.atomic_write_bytes(out / "vocab.txt", _vocab_lines(tok))
+    storage.write_bytes(storage.join(out, "vocab.txt"), _vocab_lines(tok))
     config = json.dumps(_config_json(tok, cfg), indent=2, sort_keys=True) + "\n"
-    schema.atomic_write_bytes(out / "tokenizer_config.json", config.encode())
+    storage.write_bytes(storage.join(out, "tokenizer_config.json"), config.encode())
+    storage.write_bytes(storage.join(out, "tokenizer.json"), tok_json)
     return schema.TokenizerInfo(kind=kind, vocab_size=tok.get_vocab_size(with_added_tokens=True),
-                                sha256=schema.sha256_file(out / "tokenizer.json"),
-                                lowercase=cfg.lowercase,
-                                special_tokens=_check_specials(tok, where=str(out / "tokenizer.json")))
+                                sha256=sha256_bytes(tok_json), lowercase=cfg.lowercase,
+                                special_tokens=_check_specials(tok, where=storage.join(out, "tokenizer.json")))

@@ -22,8 +22,73 @@ def ray_local():
     if not ray.is_initialized():
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
                  configure_logging=False)
-    from pipelines.build import configure_data_context
+    from pipelines.raydata import configure_data_context
 
     configure_data_context()
     yield ray
     ray.shutdown()
+
+
+class S3Server:
+    """A real S3-API server (moto's standalone server) on loopback, as s3fs's own tests use."""
+
+    def __init__(self, endpoint: str):
+        self.endpoint = endpoint
+        self._made = 0
+
+    def bucket(self, prefix: str = "b") -> str:
+        """Create a fresh, empty bucket and return ``s3://<name>``."""
+        import fsspec
+
+        self._made += 1
+        name = f"{prefix}{self._made}-{os.getpid()}"
+        fsspec.filesystem("s3", use_listings_cache=False).mkdir(name)
+        return f"s3://{name}"
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory):
+    """moto's S3 server on a free loopback port, with the standard AWS_* variables pointing at it
+    for the whole session (so subprocesses and Ray workers started later inherit them)."""
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    pytest.importorskip("moto")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = open(tmp_path_factory.mktemp("moto") / "moto.log", "wb")
+    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                            stdout=log, stderr=subprocess.STDOUT)
+    endpoint = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:  # readiness of a server we started, not a race with the code under test
+        try:
+            urllib.request.urlopen(endpoint, timeout=2)
+            break
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                raise RuntimeError(f"moto server did not start on {endpoint}")
+            time.sleep(0.2)
+    env = {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+           "AWS_DEFAULT_REGION": "us-east-1"}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield S3Server(endpoint)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
