@@ -51,7 +51,9 @@ def init_ray(address: str | None = None, *, num_cpus: int | None = None, worker_
             runtime_env["pip"] = worker_pip
         ray.init(address=address, runtime_env=runtime_env, log_to_driver=False)
     else:
-        ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+        # "local": start a private instance, never attach to a cluster that `ray start` left on
+        # this machine (that is what --ray-address is for).
+        ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
     configure_data_context()
 
 

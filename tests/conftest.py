@@ -20,7 +20,8 @@ def ray_local():
     import ray
 
     if not ray.is_initialized():
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+        # address="local": never attach to a cluster another test started with `ray start`.
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
                  configure_logging=False)
     from pipelines.raydata import configure_data_context
 

@@ -1,0 +1,35 @@
+"""Running a command that may be killed (or kill itself) without leaking its children.
+
+A CLI that starts a Prefect server or Ray leaves those children behind when it is SIGKILLed, and
+they hold the parent's stdout open: ``subprocess.run(capture_output=True)`` would then wait for
+them forever. Here the command runs in its own session with output to a file; once it exits, the
+whole process group is killed.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import tempfile
+from typing import NamedTuple
+
+
+class Finished(NamedTuple):
+    returncode: int
+    output: str
+
+
+def run_in_group(cmd: list[str], *, cwd: str, env: dict[str, str], timeout: float = 600) -> Finished:
+    with tempfile.TemporaryFile("w+") as log:
+        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+        try:
+            code = proc.wait(timeout=timeout)
+        finally:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait()
+        log.seek(0)
+        return Finished(code, log.read())
