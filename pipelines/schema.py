@@ -223,13 +223,26 @@ def decode_sample(sample: dict[str, Any], where: str = "sample") -> Examples:
     return ex
 
 
+class _EndMarkedTarInfo(tarfile.TarInfo):
+    """Headers that accept only the end-of-archive block as the end: ``tarfile`` otherwise ends
+    the member list quietly at a header cut short, missing or garbled, so a truncated shard
+    would read as a shorter valid one."""
+
+    @classmethod
+    def fromtarfile(cls, tar: tarfile.TarFile) -> tarfile.TarInfo:
+        try:
+            return super().fromtarfile(tar)
+        except (tarfile.EmptyHeaderError, tarfile.TruncatedHeaderError, tarfile.InvalidHeaderError) as exc:
+            raise tarfile.ReadError(f"truncated or damaged at byte {tar.offset}: {exc}") from None
+
+
 def read_shard(stream: IO[bytes], where: str) -> Examples:
     """Parse a whole shard from a binary stream (read once, front to back)."""
     chunks: list[Examples] = []
     current: dict[str, bytes] = {}
     key = None
     try:
-        with tarfile.open(fileobj=stream, mode="r|") as tar:
+        with tarfile.open(fileobj=stream, mode="r|", tarinfo=_EndMarkedTarInfo) as tar:
             for member in tar:
                 if not member.isfile():
                     raise ValueError(f"{where}: unexpected tar entry {member.name!r}")

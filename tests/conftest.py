@@ -15,8 +15,12 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
 
 @pytest.fixture(scope="session")
-def ray_local():
-    """A local 2-CPU Ray cluster shared by every test that asks for it."""
+def ray_local(s3_server):
+    """A local 2-CPU Ray cluster shared by every test that asks for it.
+
+    Started after the S3 server: Ray's worker processes inherit the driver's environment at
+    ``ray.init``, so this order lets every Ray task reach the server through ``AWS_*``.
+    """
     import ray
 
     if not ray.is_initialized():

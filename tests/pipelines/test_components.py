@@ -8,9 +8,9 @@ import pytest
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components as scipy_components
 
+from common.hashing import fmix64
 from pipelines.components import (ComponentsNotConverged, connected_components,
                                   large_star_partition, small_star_partition)
-from pipelines.minhash import fmix64
 
 
 def _partitioned(x: np.ndarray, y: np.ndarray, parts: int) -> list[dict[str, np.ndarray]]:
@@ -88,19 +88,34 @@ def test_random_graphs_match_scipy(seed):
     assert roots == expected_roots(edges)
 
 
-# ~2 min on a loaded 2-core box; test_dedup's Ray test covers a multi-round chain on Ray.
 @pytest.mark.slow
-def test_ray_components_on_a_hand_built_graph(ray_local):
+@pytest.mark.parametrize("parts", [1, 3])
+def test_ray_components_on_a_hand_built_graph(ray_local, monkeypatch, parts):
+    """On Ray, with the partition count the edge count gives (1 here) and with several."""
+    import pipelines.components as components
+
+    sized = []
+    monkeypatch.setattr(components, "partitions_for", lambda n: sized.append(n) or parts)
     edges = HAND_BUILT["chain"][:6] + HAND_BUILT["star_off_centre"] + [(1, 2), (3, 2)]
     ds = ray_local.data.from_items([{"u": a, "v": b} for a, b in edges])
-    comps = connected_components(ds, max_iterations=20, num_partitions=3)
+    comps = connected_components(ds, max_iterations=20)
     got = {r["u"]: r["v"] for r in comps.edges.take_all()}
     assert got == expected_roots(edges)
     assert comps.members == len(got) and comps.clusters == 3 and comps.iterations >= 2
+    assert sized == [len(edges) * 2 * 16]  # sized from the data: both directions, 16 bytes a row
+
+
+def test_ray_components_of_no_edges(ray_local):
+    from ray.data.expressions import col
+
+    ds = ray_local.data.from_items([{"u": 1, "v": 0}]).filter(expr=col("u") < 0)
+    comps = connected_components(ds, max_iterations=5)
+    assert (comps.iterations, comps.clusters, comps.members) == (0, 0, 0)
+    assert comps.edges.take_all() == []
 
 
 @pytest.mark.slow
 def test_ray_components_raise_when_capped(ray_local):
     ds = ray_local.data.from_items([{"u": i, "v": i + 1} for i in range(30)])
     with pytest.raises(ComponentsNotConverged):
-        connected_components(ds, max_iterations=1, num_partitions=2)
+        connected_components(ds, max_iterations=1)

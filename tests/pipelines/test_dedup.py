@@ -8,8 +8,8 @@ import pytest
 
 from pipelines import synthetic
 from pipelines.config import DedupConfig
-from pipelines.dedup import (EXACT, NEAR, bucket_edges, dedup, exact_partition,
-                             mark_near_duplicates)
+from pipelines.dedup import (EXACT, NEAR, Marks, bucket_edges, digest_rows, exact_dedup, exact_marks,
+                             mark_documents, near_dedup, signature_buckets)
 
 
 def _rows(texts: list[str], uids: list[int], reasons: list[str] | None = None) -> dict:
@@ -21,15 +21,27 @@ def _rows(texts: list[str], uids: list[int], reasons: list[str] | None = None) -
             "detail": np.array([""] * n, dtype=object)}
 
 
-def test_exact_partition_keeps_smallest_uid_and_passes_rejected_rows():
-    from pipelines.dedup import _digest_columns
+def _items(batch: dict) -> list[dict]:
+    return [{k: (int(v[i]) if k == "uid" else v[i]) for k, v in batch.items()} for i in range(len(batch["uid"]))]
 
+
+def test_exact_marks_keep_the_smallest_uid_and_skip_rejected_rows():
     batch = _rows(["same", "other", "same", "same", "same"], [50, 7, 9, 30, 1],
                   ["", "", "", "", "filter:min_words"])
-    out = exact_partition(_digest_columns(batch))
-    assert list(out["reason"]) == ["dedup:exact", "", "", "dedup:exact", "filter:min_words"]
-    assert list(out["detail"]) == ["duplicate of uid 9", "", "", "duplicate of uid 9", ""]
-    assert "_h0" not in out and list(out["uid"]) == [50, 7, 9, 30, 1]
+    digests = digest_rows(batch)
+    # Only small keys of the active rows go into the shuffle, never the text.
+    assert set(digests) == {"h0", "h1", "uid"} and all(v.dtype == np.int64 for v in digests.values())
+    assert digests["uid"].tolist() == [50, 7, 9, 30]
+    same = digests["uid"] != 7
+    assert len({(a, b) for a, b in zip(digests["h0"][same], digests["h1"][same])}) == 1
+    # Partition rows arrive in any order: the result is the same.
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        order = rng.permutation(len(digests["uid"]))
+        out = exact_marks({k: v[order] for k, v in digests.items()})
+        assert sorted(zip(out["u"].tolist(), out["v"].tolist())) == [(30, 9), (50, 9)]
+    empty = exact_marks({k: v[:0] for k, v in digests.items()})
+    assert len(empty["u"]) == len(empty["v"]) == 0
 
 
 def test_bucket_edges_link_members_to_the_bucket_minimum():
@@ -39,18 +51,32 @@ def test_bucket_edges_link_members_to_the_bucket_minimum():
     assert sorted(zip(out["u"].tolist(), out["v"].tolist())) == [(20, 10), (30, 10), (41, 40)]
 
 
-def test_mark_near_duplicates_joins_labels_by_uid():
-    docs = _rows(["a", "b", "c"], [3, 4, 5], ["", "", "filter:x"])
-    docs["_kind"] = np.zeros(3, np.int64)
-    docs["_root"] = np.full(3, -1, np.int64)
-    labels = _rows(["", ""], [4, 5])
-    labels["_kind"] = np.ones(2, np.int64)
-    labels["_root"] = np.array([3, 3], np.int64)
-    batch = {k: np.concatenate([docs[k], labels[k]]) for k in docs}
-    out = mark_near_duplicates(batch)
-    assert list(out["uid"]) == [3, 4, 5]
-    assert list(out["reason"]) == ["", NEAR, "filter:x"]
-    assert out["detail"][1] == "duplicate of uid 3"
+def test_signature_buckets_carry_no_text():
+    cfg = DedupConfig()
+    batch = _rows(["the same five words here now", "...", "other words in this one text", "x y z w v"],
+                  [4, 5, 6, 7], ["", "", "", "filter:x"])
+    out = signature_buckets(batch, cfg=cfg)
+    assert set(out) == {"bucket", "uid"} and out["bucket"].dtype == out["uid"].dtype == np.int64
+    # One row per band of each active document with a word; no word, no bucket; rejected: none.
+    assert sorted(set(out["uid"].tolist())) == [4, 6] and len(out["uid"]) == 2 * cfg.num_bands
+
+
+@pytest.mark.parametrize("piece_rows", [1, 2, 3, None])
+def test_marks_mark_members_only_whatever_the_piece_size(ray_local, piece_rows):
+    """The marks table in many small object-store pieces marks exactly what one piece marks."""
+    docs = _rows(["a", "b", "c", "d", "e", "f"], [3, 4, 5, 11, 2, 8], ["", "", "filter:x", "", "", ""])
+    member, root = np.array([11, 4, 5, 8], np.int64), np.array([2, 3, 3, 2], np.int64)
+    kw = {} if piece_rows is None else {"piece_rows": piece_rows}
+    marks = Marks.build(member, root, **kw)
+    assert marks.count == 4 and len(marks.pieces) == (1 if piece_rows is None else -(-4 // piece_rows))
+    pieces = [ray_local.get(p) for p in marks.pieces]
+    assert np.concatenate([m for m, _ in pieces]).tolist() == [4, 5, 8, 11]  # sorted by member
+    ds = ray_local.data.from_items(_items(docs), override_num_blocks=2)
+    got = {r["uid"]: (r["reason"], r["detail"]) for r in mark_documents(ds, marks, NEAR).take_all()}
+    assert got == {3: ("", ""), 4: (NEAR, "duplicate of uid 3"), 5: ("filter:x", ""), 11: (NEAR, "duplicate of uid 2"),
+                   2: ("", ""), 8: (NEAR, "duplicate of uid 2")}
+    empty = Marks.build(np.zeros(0, np.int64), np.zeros(0, np.int64))
+    assert empty.count == 0 and mark_documents(ds, empty, NEAR) is ds
 
 
 # ----------------------------------------------------------------------------- Ray Data
@@ -106,15 +132,26 @@ def planted():
             "chain_sim": _jaccard(chain[0], chain[-1])}
 
 
-def _run(ray_local, rows, *, blocks: int, partitions: int):
+def _run(ray_local, rows, *, blocks: int, monkeypatch=None, partitions: int | None = None,
+         piece_rows: int | None = None):
+    """Exact then near dedup as the stages chain them; ``partitions`` forces the shuffle width
+    (by default it follows the number of documents: one partition for this corpus)."""
+    import pipelines.components as components
+    import pipelines.dedup as dedup
+
+    if partitions is not None:
+        monkeypatch.setattr(dedup, "partitions_for", lambda n: partitions)
+        monkeypatch.setattr(components, "partitions_for", lambda n: partitions)
+    kw = {} if piece_rows is None else {"piece_rows": piece_rows}
     ds = ray_local.data.from_items(rows).repartition(blocks)
-    out, stats = dedup(ds, DedupConfig(), num_partitions=partitions)
-    return sorted(out.take_all(), key=lambda r: r["uid"]), stats
+    ds, exact = exact_dedup(ds, num_docs=len(rows), **kw)
+    ds, near = near_dedup(ds.materialize(), DedupConfig(), num_docs=len(rows), **kw)
+    return sorted(ds.take_all(), key=lambda r: r["uid"]), {**exact, **near}
 
 
 @pytest.fixture(scope="module")
 def first_run(ray_local, planted):
-    return _run(ray_local, planted["rows"], blocks=1, partitions=2)
+    return _run(ray_local, planted["rows"], blocks=1)
 
 
 def test_dedup_precision_recall_on_planted_duplicates(first_run, planted):
@@ -141,9 +178,9 @@ def test_dedup_precision_recall_on_planted_duplicates(first_run, planted):
           f"precision {precision:.3f}, recall {recall:.3f}, chain ends at Jaccard "
           f"{planted['chain_sim']:.2f}, {stats}")
     assert precision >= 0.95 and recall >= 0.9
-    assert stats.exact_removed == sum(r["reason"] == EXACT for r in rows) >= 8
-    assert stats.near_removed == sum(r["reason"] == NEAR for r in rows)
-    assert stats.clusters >= 20 and stats.cc_iterations >= 1
+    assert stats["exact_duplicates"] == sum(r["reason"] == EXACT for r in rows) >= 8
+    assert stats["near_duplicates"] == sum(r["reason"] == NEAR for r in rows)
+    assert stats["clusters"] >= 20 and stats["cc_iterations"] >= 1
     # The whole chain collapses onto its smallest uid, transitively, although its two ends are
     # far below the LSH threshold (they are never in one bucket).
     assert planted["chain_sim"] < 0.6
@@ -155,11 +192,59 @@ def test_dedup_precision_recall_on_planted_duplicates(first_run, planted):
     assert len(rows) == len(planted["rows"])
 
 
-def test_dedup_is_deterministic_across_block_and_partition_counts(ray_local, planted, first_run):
-    again, stats = _run(ray_local, planted["rows"], blocks=7, partitions=3)
+def test_dedup_is_deterministic_across_blocks_partitions_and_pieces(ray_local, monkeypatch, planted, first_run):
+    """Other blocks, three shuffle partitions and marks in pieces of two rows: the same result."""
+    again, stats = _run(ray_local, planted["rows"][::-1], blocks=7, monkeypatch=monkeypatch, partitions=3,
+                        piece_rows=2)
     assert again == first_run[0]
-    assert (stats.exact_removed, stats.near_removed, stats.clusters) == \
-        (first_run[1].exact_removed, first_run[1].near_removed, first_run[1].clusters)
+    assert stats == first_run[1]
+
+
+def test_exact_and_near_dedup_keep_the_smallest_uid(ray_local):
+    text = " ".join(synthetic.documents(3, seed=2))
+    near = text.replace(" the ", " a ", 1)
+    rows = [{"id": f"x:{u}", "uid": u, "text": t, "reason": "", "detail": ""}
+            for u, t in ((70, text), (12, text), (40, text), (90, near), (25, near), (5, "unrelated words " * 9))]
+    ds, stats = exact_dedup(ray_local.data.from_items(rows, override_num_blocks=3), num_docs=len(rows))
+    got = {r["uid"]: (r["reason"], r["detail"]) for r in ds.take_all()}
+    assert got == {70: (EXACT, "duplicate of uid 12"), 40: (EXACT, "duplicate of uid 12"), 12: ("", ""),
+                   90: (EXACT, "duplicate of uid 25"), 25: ("", ""), 5: ("", "")}
+    assert stats == {"exact_duplicates": 3}
+    ds, stats = near_dedup(ds, DedupConfig(), num_docs=len(rows))
+    got = {r["uid"]: (r["reason"], r["detail"]) for r in ds.take_all()}
+    assert got[25] == (NEAR, "duplicate of uid 12") and got[12] == ("", "") and got[5] == ("", "")
+    assert got[70][0] == got[90][0] == EXACT  # rows that arrive marked pass through
+    assert stats["near_duplicates"] == 1 and stats["clusters"] == 1
+
+
+def test_only_small_keys_go_through_the_shuffles(ray_local, monkeypatch):
+    """Every ``group_apply`` of dedup and connected components sees integer keys, never text."""
+    import pipelines.components as components
+    import pipelines.dedup as dedup
+
+    seen = []
+
+    def spy(real):
+        def wrapped(ds, fn, **kw):
+            schema = ds.schema()
+            seen.append((fn.__name__, list(schema.names), [str(t) for t in schema.types]))
+            return real(ds, fn, **kw)
+        return wrapped
+
+    monkeypatch.setattr(dedup, "group_apply", spy(dedup.group_apply))
+    monkeypatch.setattr(components, "group_apply", spy(components.group_apply))
+    text = " ".join(synthetic.documents(2, seed=8))
+    rows = [{"id": f"y:{u}", "uid": u, "text": t, "reason": "", "detail": ""}
+            for u, t in ((1, text), (2, text + " and more"), (3, text), (4, "other words " * 10))]
+    ds, _ = exact_dedup(ray_local.data.from_items(rows), num_docs=4)
+    ds, stats = near_dedup(ds, DedupConfig(), num_docs=4)
+    assert sum(r["reason"] != "" for r in ds.take_all()) == 2
+    by_fn = {name: (cols, types) for name, cols, types in seen}
+    assert by_fn["exact_marks"] == (["h0", "h1", "uid"], ["int64"] * 3)
+    assert by_fn["bucket_edges"] == (["bucket", "uid"], ["int64"] * 2)
+    assert by_fn["large_star_partition"] == (["x", "y"], ["int64"] * 2)
+    assert set(by_fn) <= {"exact_marks", "bucket_edges", "large_star_partition", "small_star_partition"}
+    assert all(cols in (["x", "y"], ["h0", "h1", "uid"], ["bucket", "uid"]) for _, cols, _ in seen)
 
 
 def test_documents_without_words_and_rejected_rows(ray_local):
@@ -167,31 +252,18 @@ def test_documents_without_words_and_rejected_rows(ray_local):
     rows = [{"id": "a", "uid": 1, "text": "x y", "reason": "filter:short", "detail": "why"},
             {"id": "b", "uid": 5, "text": "...", "reason": "", "detail": ""},
             {"id": "c", "uid": 2, "text": "...", "reason": "", "detail": ""}]
-    out, stats = dedup(ray_local.data.from_items(rows), DedupConfig(), num_partitions=2)
+    ds, exact = exact_dedup(ray_local.data.from_items(rows), num_docs=3)
+    out, near = near_dedup(ds, DedupConfig(), num_docs=3)
     got = {r["uid"]: (r["reason"], r["detail"]) for r in out.take_all()}
     assert got == {1: ("filter:short", "why"), 2: ("", ""), 5: (EXACT, "duplicate of uid 2")}
-    assert (stats.exact_removed, stats.near_removed, stats.cc_iterations) == (1, 0, 0)
+    assert exact == {"exact_duplicates": 1}
+    assert near == {"near_duplicates": 0, "clusters": 0, "cc_iterations": 0}
 
 
 def test_a_text_that_is_not_a_string_is_a_clear_error():
-    from pipelines.dedup import _digest_columns, signature_buckets
-
     batch = _rows(["fine text", "also fine"], [1, 2])
     batch["text"][1] = None
     with pytest.raises(TypeError, match="'t:1'.*NoneType"):
-        _digest_columns(batch)
+        digest_rows(batch)
     with pytest.raises(TypeError, match="'t:1'"):
         signature_buckets(batch, cfg=DedupConfig())
-
-
-def test_shuffle_join_marks_the_same_rows_as_the_broadcast(ray_local, planted):
-    """Past ``broadcast_limit`` the labels meet the documents in a shuffle: same result."""
-    from pipelines.dedup import near_dedup
-
-    ds = ray_local.data.from_items(planted["rows"]).repartition(3)
-    broadcast = sorted(near_dedup(ds, DedupConfig(), num_partitions=2).take_all(), key=lambda r: r["uid"])
-    shuffled = sorted(near_dedup(ds, DedupConfig(), num_partitions=2, broadcast_limit=0).take_all(),
-                      key=lambda r: r["uid"])
-    assert broadcast == shuffled
-    assert sum(r["reason"] == NEAR for r in broadcast) >= 20
-    assert len(broadcast) == len(planted["rows"])

@@ -1,28 +1,25 @@
-"""Ingestion: sources, formats × compressions, stable ids, text modes and every kind of bad input."""
+"""Ingestion: formats × compressions, stable ids, text modes and every kind of bad input (sources:
+``test_sources``)."""
 from __future__ import annotations
 
 import bz2
 import dataclasses
 import gzip
 import json
-import os
 import random
-import subprocess
-import sys
 import tracemalloc
 import zlib
 from collections import Counter
 from pathlib import Path
 
-import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import zstandard
 
+from common.hashing import stable_uid
 from pipelines.config import IngestConfig
-from pipelines.ingest import (SourceError, ingest_dataset, read_documents, resolve_sources,
-                              source_bytes, stable_uid)
+from pipelines.ingest import SourceError, Sources, ingest_dataset, read_documents, resolve_sources
 
 CFG = IngestConfig()
 COMPRESS = {
@@ -44,9 +41,9 @@ def make_docs(n: int, seed: int = 0) -> list[str]:
     return docs
 
 
-def rows(path, cfg=CFG) -> list[dict]:
+def rows(path, cfg=CFG, name=None) -> list[dict]:
     out = []
-    for batch in read_documents(str(path), cfg):
+    for batch in read_documents(str(path), cfg, name=name):
         assert set(batch) == {"id", "uid", "text", "reason", "detail"}
         assert len(batch["id"]) <= cfg.batch_size
         out += [{k: batch[k][i] for k in batch} for i in range(len(batch["id"]))]
@@ -128,15 +125,13 @@ def test_concatenated_compressed_members(tmp_path):
         assert [offset(r) for r in rs] == [0, 16]
 
 
-def test_stable_uid_is_63_bit_and_independent_of_hash_seed():
-    ids = [f"/data/x.txt:{i}" for i in range(1000)]
-    uids = [stable_uid(i) for i in ids]
-    assert len(set(uids)) == len(ids) and all(0 <= u < 2**63 for u in uids)
-    code = "from pipelines.ingest import stable_uid; print(stable_uid('/data/x.txt:7'))"
-    env = {**os.environ, "PYTHONHASHSEED": "12345"}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                         cwd=Path(__file__).resolve().parents[2], check=True)
-    assert int(out.stdout) == uids[7]
+def test_ids_use_the_given_name_and_uids_hash_the_id(tmp_path):
+    payload, offsets = text_payload(make_docs(9, seed=2))
+    path = write(tmp_path / "docs.txt", payload, "gz")
+    named = rows(path, name="sub/docs.txt.gz")
+    assert [r["id"] for r in named] == [f"sub/docs.txt.gz:{o}" for o in offsets]
+    assert [r["uid"] for r in named] == [stable_uid(r["id"]) for r in named]
+    assert [r["text"] for r in named] == [r["text"] for r in rows(path)]  # only the ids differ
 
 
 @pytest.mark.parametrize("mode,expected", [
@@ -289,53 +284,6 @@ def test_bad_parquet(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------
-# Sources
-# ---------------------------------------------------------------------------------------------
-def test_resolve_missing_and_empty_sources(tmp_path):
-    with pytest.raises(SourceError, match="nowhere.txt"):
-        resolve_sources([str(tmp_path / "nowhere.txt")])
-    with pytest.raises(SourceError, match=r"\*\.jsonl"):
-        resolve_sources([str(tmp_path / "*.jsonl")])
-    (tmp_path / "empty_dir").mkdir()
-    (tmp_path / "empty_dir" / ".hidden").write_text("x")
-    with pytest.raises(SourceError, match="empty_dir"):
-        resolve_sources([str(tmp_path / "empty_dir")])
-    with pytest.raises(FileNotFoundError):  # SourceError is a FileNotFoundError
-        resolve_sources([])
-    with pytest.raises(SourceError, match="nosuchproto://x"):
-        resolve_sources(["nosuchproto://x/y.txt"])
-
-
-def test_resolve_directories_globs_and_dedup(tmp_path):
-    for rel in ("b.txt", "a.jsonl", "sub/c.txt.gz", "sub/deeper/d.parquet", ".hidden.txt",
-                ".git/config", "sub/.cache/e.txt"):
-        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / rel).write_text("x")
-    expected = sorted(str(tmp_path / p) for p in ("a.jsonl", "b.txt", "sub/c.txt.gz", "sub/deeper/d.parquet"))
-    assert resolve_sources([str(tmp_path)]) == expected
-    assert resolve_sources([str(tmp_path / "*.txt"), str(tmp_path / "b.txt")]) == [str(tmp_path / "b.txt")]
-    assert resolve_sources([str(tmp_path / "sub"), str(tmp_path / "sub/c.txt.gz")]) == expected[2:]
-    assert resolve_sources([f"file://{tmp_path}/a.jsonl"]) == [str(tmp_path / "a.jsonl")]
-    assert source_bytes(expected) == 4
-
-
-def test_memory_url_sources_and_reading():
-    fs = fsspec.filesystem("memory")
-    fs.pipe("/ingest-test/one.txt", b"memory doc one\n\nmemory doc two\n")
-    fs.pipe("/ingest-test/nested/two.jsonl.gz", gzip.compress(b'{"text": "from jsonl"}\n'))
-    try:
-        paths = resolve_sources(["memory://ingest-test"])
-        assert paths == ["memory:///ingest-test/nested/two.jsonl.gz", "memory:///ingest-test/one.txt"]
-        rs = [r for p in paths for r in rows(p)]
-        assert kept(rs) == ["from jsonl", "memory doc one", "memory doc two"]
-        assert rs[2]["id"] == "memory:///ingest-test/one.txt:16"
-        with pytest.raises(SourceError, match="memory://nothing-here"):
-            resolve_sources(["memory://nothing-here/*.txt"])
-    finally:
-        fs.rm("/ingest-test", recursive=True)
-
-
-# ---------------------------------------------------------------------------------------------
 # Ray Data: good and bad files together
 # ---------------------------------------------------------------------------------------------
 def test_ingest_dataset_mix_of_good_and_bad_files(tmp_path, ray_local):
@@ -361,7 +309,8 @@ def test_ingest_dataset_mix_of_good_and_bad_files(tmp_path, ray_local):
     good = [r for r in out if r["reason"] == ""]
     ids = [r["id"] for r in out]
     assert len(ids) == len(set(ids))  # nothing read twice
-    from_good_files = [r["text"] for r in good if not Path(r["id"].rsplit(":", 1)[0]).name.startswith("bad-")]
+    assert {r["id"].rsplit(":", 1)[0] for r in out} == {Path(f).name for f in paths.files}  # relative names
+    from_good_files = [r["text"] for r in good if not r["id"].startswith("bad-")]
     assert Counter(from_good_files) == Counter(docs)  # every good document exactly once
     assert {"fine doc", "short neighbour"} <= {r["text"] for r in good}
     reasons = Counter(r["reason"] for r in out if r["reason"])
@@ -374,9 +323,9 @@ def test_ingest_dataset_mix_of_good_and_bad_files(tmp_path, ray_local):
         (r["id"], r["text"], r["reason"]) for r in out)
 
 
-def test_ingest_dataset_rejects_empty_path_list():
+def test_ingest_dataset_rejects_empty_sources():
     with pytest.raises(SourceError):
-        ingest_dataset([], CFG)
+        ingest_dataset(Sources((), "", ""), CFG)
 
 
 def test_batches_are_capped_by_rows_and_by_characters(tmp_path, monkeypatch):

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from pipelines.config import PackConfig, TokenizerConfig
+from pipelines.schema import example_key
 from pipelines.pack import ExamplePacker, SpecialIds, document_rngs, is_validation, pack_document
 from pipelines.synthetic import documents
 from pipelines.tokenizer import train_tokenizer
@@ -171,7 +172,7 @@ def test_validation_split_fraction_and_seed():
 @pytest.fixture(scope="module")
 def tokenizer_json(tmp_path_factory):
     out = tmp_path_factory.mktemp("tok")
-    train_tokenizer(documents(150, seed=5), TokenizerConfig(vocab_size=400), out)
+    train_tokenizer(documents(150, seed=5), TokenizerConfig(vocab_size=400), str(out))
     return str(out / "tokenizer.json")
 
 
@@ -180,9 +181,20 @@ def _doc_batch(texts, uids):
             "id": np.array([f"src:{u}" for u in uids], dtype=object)}
 
 
+def _example(uid, ordinal, split, ids, b_start):
+    """An output row as (key, (split, input ids, segment ids)); segments from ``b_start``."""
+    ids = [int(t) for t in ids]
+    return example_key(uid, ordinal), (split, ids, [0] * int(b_start) + [1] * (len(ids) - int(b_start)))
+
+
 def _rows(out):
-    return {k: (s, ids.tolist(), segs.tolist())
-            for k, s, ids, segs in zip(out["key"], out["split"], out["input_ids"], out["segment_ids"])}
+    """The packer's pyarrow table as {key: (split, input ids, segment ids)}."""
+    assert out.column_names == ["uid", "ordinal", "split", "input_ids", "b_start"]
+    cols = out.to_pydict()
+    got = dict(_example(*row) for row in zip(cols["uid"], cols["ordinal"], cols["split"], cols["input_ids"],
+                                             cols["b_start"]))
+    assert len(got) == out.num_rows  # keys are unique
+    return got
 
 
 def test_packer_is_independent_of_batching(tokenizer_json):
@@ -215,10 +227,23 @@ def test_packer_tokens_match_the_tokenizer(tokenizer_json):
     text = "The old river watched the bridge.\nAda carried the letter."
     out = ExamplePacker(tokenizer_json, PackConfig(seq_len=128))(_doc_batch([text], [42]))
     expected = [t for ln in text.splitlines() for t in tok.encode(ln, add_special_tokens=False).ids]
-    assert list(out["key"]) == ["000000000000002a-00000"]
-    ids = out["input_ids"][0]
-    assert ids.dtype == np.int32 and out["segment_ids"][0].dtype == np.uint8
-    assert _content(ids.tolist()) == expected
+    assert list(_rows(out)) == ["000000000000002a-00000"]
+    assert [str(t) for t in out.schema.types] == ["int64", "int32", "string", "list<item: int32>", "int32"]
+    ids = out.column("input_ids")[0].as_py()
+    assert _content(ids) == expected
+    b_start = out.column("b_start")[0].as_py()
+    assert b_start == len(ids) or ids[b_start - 1] == SPECIAL.sep  # B starts right after the first [SEP]
+
+
+def test_packer_totals_count_what_it_returned(tokenizer_json):
+    texts = documents(40, seed=3) + [""]
+    packer = ExamplePacker(tokenizer_json, PackConfig(seq_len=32))
+    outs = [packer(_doc_batch(texts[i:i + 9], list(range(i, min(i + 9, len(texts)))))) for i in range(0, 41, 9)]
+    lengths = [len(ids) for o in outs for ids in o.column("input_ids").to_pylist()]
+    assert packer.totals.documents == 41 and packer.totals.empty_documents == 1
+    assert packer.totals.examples == len(lengths) and packer.totals.tokens == sum(lengths)
+    firsts = sum(o.column("ordinal").to_pylist().count(0) for o in outs)
+    assert firsts == 40  # every document with tokens starts at ordinal 0
 
 
 def test_packer_under_ray_data_matches_direct_call(ray_local, tokenizer_json):
@@ -232,5 +257,5 @@ def test_packer_under_ray_data_matches_direct_call(ray_local, tokenizer_json):
     ds = ray_local.data.from_items(rows, override_num_blocks=5)
     ds = ds.map_batches(ExamplePacker, fn_constructor_args=(tokenizer_json, cfg),
                         batch_format="numpy", batch_size=8, concurrency=(1, 2))
-    got = {r["key"]: (r["split"], list(r["input_ids"]), list(r["segment_ids"])) for r in ds.take_all()}
+    got = dict(_example(r["uid"], r["ordinal"], r["split"], r["input_ids"], r["b_start"]) for r in ds.take_all())
     assert got == ref

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from pipelines.ingest import ReadTask, plan_reads, read_documents
+from pipelines.ingest import ReadTask, plan_reads, read_documents, resolve_sources
 from pipelines.text_stream import CORRUPT_ERRORS, LineReader, StorageError, decompressed
 from tests.pipelines.test_ingest import CFG, COMPRESS, make_docs, text_payload
 
@@ -71,14 +71,19 @@ def test_plan_reads_splits_only_large_uncompressed_text(tmp_path):
     (tmp_path / "big.jsonl").write_bytes(b'{"text": "x"}\n' * 100)
     (tmp_path / "big.txt.gz").write_bytes(gzip.compress(b"x\n" * 5000, 0))
     (tmp_path / "small.txt").write_bytes(b"x\n")
-    paths = [str(tmp_path / n) for n in ("big.txt", "big.jsonl", "big.txt.gz", "small.txt")]
-    tasks = plan_reads(paths, CFG, split_bytes=400)
-    assert [t for t in tasks if t.path == paths[0]] == [
-        ReadTask(paths[0], 0, 400), ReadTask(paths[0], 400, 800), ReadTask(paths[0], 800, -1)]
-    assert len([t for t in tasks if t.path == paths[1]]) == 4  # 1400 bytes
-    assert [t for t in tasks if t.path in paths[2:]] == [ReadTask(paths[2]), ReadTask(paths[3])]
-    assert plan_reads(paths, dataclasses.replace(CFG, text_mode="file"), split_bytes=400)[0] == ReadTask(paths[0])
-    assert plan_reads(paths, CFG, split_bytes=None) == [ReadTask(p) for p in paths]
+    sources = resolve_sources([str(tmp_path)])
+    paths = [str(tmp_path / n) for n in ("big.jsonl", "big.txt", "big.txt.gz", "small.txt")]
+    assert list(sources.files) == paths
+    tasks = plan_reads(sources, CFG, split_bytes=400)
+    assert [t for t in tasks if t.path == paths[1]] == [
+        ReadTask(paths[1], "big.txt", 0, 400), ReadTask(paths[1], "big.txt", 400, 800),
+        ReadTask(paths[1], "big.txt", 800, -1)]
+    assert len([t for t in tasks if t.path == paths[0]]) == 4  # 1400 bytes
+    assert [t for t in tasks if t.path in paths[2:]] == [ReadTask(paths[2], "big.txt.gz"),
+                                                        ReadTask(paths[3], "small.txt")]
+    whole_files = plan_reads(sources, dataclasses.replace(CFG, text_mode="file"), split_bytes=400)
+    assert [t for t in whole_files if t.path == paths[1]] == [ReadTask(paths[1], "big.txt")]
+    assert plan_reads(sources, CFG, split_bytes=None) == [ReadTask(p, p.rsplit("/", 1)[1]) for p in paths]
 
 
 # ---------------------------------------------------------------------------------------------

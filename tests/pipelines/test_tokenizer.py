@@ -1,12 +1,14 @@
 """Tokenizer training, pretrained loading, transformers compatibility and the corpus sample."""
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
 import pytest
 from tokenizers import Tokenizer
 
+from common import storage
 from pipelines import schema
 from pipelines.config import TokenizerConfig
 from pipelines.synthetic import documents
@@ -23,7 +25,7 @@ def texts():
 
 def _train(texts, tmp_path, name, **kw):
     out = tmp_path / name
-    info = train_tokenizer(texts, TokenizerConfig(vocab_size=kw.pop("vocab_size", 600), **kw), out)
+    info = train_tokenizer(texts, TokenizerConfig(vocab_size=kw.pop("vocab_size", 600), **kw), str(out))
     return info, out
 
 
@@ -31,7 +33,8 @@ def _check_outputs(info, out: Path):
     tok = Tokenizer.from_file(str(out / "tokenizer.json"))
     assert info.special_tokens == SPECIAL_IDS
     assert {t: tok.token_to_id(t) for t in schema.SPECIAL_TOKENS} == SPECIAL_IDS
-    assert info.sha256 == schema.sha256_file(out / "tokenizer.json")
+    assert info.sha256 == hashlib.sha256((out / "tokenizer.json").read_bytes()).hexdigest()
+    assert info.path == schema.TOKENIZER_DIR  # the stage sets the corpus-relative folder
     assert info.vocab_size == tok.get_vocab_size()
     lines = (out / "vocab.txt").read_text(encoding="utf-8").split("\n")[:-1]
     assert len(lines) == info.vocab_size
@@ -99,21 +102,21 @@ def test_transformers_autotokenizer_encodes_pairs_like_ours(kind, lowercase, tex
 
 def test_load_pretrained_tokenizer_json_and_vocab_txt(texts, tmp_path):
     info, out = _train(texts, tmp_path, "src", kind="wordpiece")
-    copied = load_pretrained(out / "tokenizer.json", TokenizerConfig(), tmp_path / "copy")
+    copied = load_pretrained(str(out / "tokenizer.json"), TokenizerConfig(), str(tmp_path / "copy"))
     assert copied.kind == "pretrained" and copied.sha256 == info.sha256
     _check_outputs(copied, tmp_path / "copy")
-    from_vocab = load_pretrained(out / "vocab.txt", TokenizerConfig(), tmp_path / "fromvocab")
+    from_vocab = load_pretrained(str(out / "vocab.txt"), TokenizerConfig(), str(tmp_path / "fromvocab"))
     tok, _ = _check_outputs(from_vocab, tmp_path / "fromvocab")
     ref = Tokenizer.from_file(str(out / "tokenizer.json"))
     for text in texts[:20]:
         assert tok.encode(text).ids == ref.encode(text).ids
-    cased = load_pretrained(out / "vocab.txt", TokenizerConfig(lowercase=False), tmp_path / "cased")
+    cased = load_pretrained(str(out / "vocab.txt"), TokenizerConfig(lowercase=False), str(tmp_path / "cased"))
     assert not cased.lowercase
     cased_tok = Tokenizer.from_file(str(tmp_path / "cased" / "tokenizer.json"))
     assert cased_tok.normalizer.normalize_str("River") == "River"
     # A tokenizer.json decides its own lower-casing, whatever the config says.
-    recopied = load_pretrained(tmp_path / "cased" / "tokenizer.json", TokenizerConfig(lowercase=True),
-                               tmp_path / "recopied")
+    recopied = load_pretrained(str(tmp_path / "cased" / "tokenizer.json"), TokenizerConfig(lowercase=True),
+                               str(tmp_path / "recopied"))
     assert not recopied.lowercase
     config = json.loads((tmp_path / "recopied" / "tokenizer_config.json").read_text())
     assert config["do_lower_case"] is False
@@ -123,27 +126,43 @@ def test_load_pretrained_rejects_bad_files(tmp_path):
     vocab = tmp_path / "vocab.txt"
     vocab.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\nthe\n")
     with pytest.raises(ValueError, match=r"vocab\.txt.*\[MASK\]"):
-        load_pretrained(vocab, TokenizerConfig(), tmp_path / "out")
+        load_pretrained(str(vocab), TokenizerConfig(), str(tmp_path / "out"))
     moved = tmp_path / "moved.txt"
     moved.write_text("[UNK]\n[PAD]\n[CLS]\n[SEP]\n[MASK]\nthe\n")
     with pytest.raises(ValueError, match=r"moved\.txt.*\[PAD\] has id 1"):
-        load_pretrained(moved, TokenizerConfig(), tmp_path / "out")
+        load_pretrained(str(moved), TokenizerConfig(), str(tmp_path / "out"))
     dup = tmp_path / "dup.txt"
     dup.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nthe\nthe\n")
     with pytest.raises(ValueError, match=r"dup\.txt:7: duplicate"):
-        load_pretrained(dup, TokenizerConfig(), tmp_path / "out")
+        load_pretrained(str(dup), TokenizerConfig(), str(tmp_path / "out"))
     broken = tmp_path / "tokenizer.json"
     broken.write_text("{not json")
     with pytest.raises(ValueError, match=r"tokenizer\.json"):
-        load_pretrained(broken, TokenizerConfig(), tmp_path / "out")
+        load_pretrained(str(broken), TokenizerConfig(), str(tmp_path / "out"))
     with pytest.raises(FileNotFoundError, match="nothere"):
-        load_pretrained(tmp_path / "nothere.json", TokenizerConfig(), tmp_path / "out")
+        load_pretrained(str(tmp_path / "nothere.json"), TokenizerConfig(), str(tmp_path / "out"))
     assert not (tmp_path / "out" / "tokenizer.json").exists()
 
 
 def test_empty_sample_is_a_clear_error(tmp_path):
     with pytest.raises(ValueError, match="no text"):
-        train_tokenizer([], TokenizerConfig(), tmp_path)
+        train_tokenizer([], TokenizerConfig(), str(tmp_path))
+
+
+def test_tokenizers_read_from_and_written_to_s3(texts, tmp_path, s3_server):
+    """Any storage location: train into a bucket, load a pretrained one from it into another."""
+    bucket = s3_server.bucket("tok")
+    info = train_tokenizer(texts, TokenizerConfig(vocab_size=600), f"{bucket}/corpus/tokenizer/k1")
+    local, local_out = _train(texts, tmp_path, "local")
+    assert info == local  # byte-identical tokenizer.json, wherever it is written
+    assert storage.listdir(f"{bucket}/corpus/tokenizer/k1") == sorted(schema.TOKENIZER_FILES)
+    for name in schema.TOKENIZER_FILES:
+        assert storage.read_bytes(f"{bucket}/corpus/tokenizer/k1/{name}") == (local_out / name).read_bytes()
+    copied = load_pretrained(f"{bucket}/corpus/tokenizer/k1/vocab.txt", TokenizerConfig(), f"{bucket}/other")
+    from_vocab = load_pretrained(str(local_out / "vocab.txt"), TokenizerConfig(), str(tmp_path / "fromvocab"))
+    assert copied == from_vocab and copied.kind == "pretrained"
+    with pytest.raises(FileNotFoundError, match=f"{bucket}/nothing.json"):
+        load_pretrained(f"{bucket}/nothing.json", TokenizerConfig(), f"{bucket}/x")
 
 
 def test_sample_texts_is_bounded_sorted_and_independent_of_blocks(ray_local):
@@ -153,12 +172,17 @@ def test_sample_texts_is_bounded_sorted_and_independent_of_blocks(ray_local):
     total = sum(len(t.encode()) for t in texts)
     budget = total // 3
     ds = ray_local.data.from_items(rows)
-    sample = sample_texts(ds, budget, seed=1)
+    sample = sample_texts(ds, budget, 1, total_bytes=total)
     size = sum(len(t.encode()) for t in sample)
     assert 0.8 * budget <= size <= budget
     by_text = {r["text"]: r["uid"] for r in rows}
     assert [by_text[t] for t in sample] == sorted(by_text[t] for t in sample)
     shuffled = ray_local.data.from_items(rows[::-1]).repartition(7)
-    assert sample_texts(shuffled, budget, seed=1) == sample
-    everything = sample_texts(ds, 10 * total, seed=1)
+    assert sample_texts(shuffled, budget, 1, total_bytes=total) == sample
+    assert sample_texts(ds, budget, 2, total_bytes=total) != sample  # the seed picks the documents
+    everything = sample_texts(ds, 10 * total, 1, total_bytes=total)
     assert sorted(everything) == sorted(texts)
+    assert sample_texts(ds, 0, 1, total_bytes=total) == sample_texts(ds, budget, 1, total_bytes=0) == []
+    # ``total_bytes`` only sets the keep rate: an overestimate keeps fewer, never more than the bound.
+    fewer = sample_texts(ds, budget, 1, total_bytes=3 * total)
+    assert set(fewer) <= set(texts) and sum(len(t.encode()) for t in fewer) <= budget
