@@ -8,19 +8,12 @@ import numpy as np
 import pytest
 
 from pipelines.config import DedupConfig
+from tests.common.test_hashing import ref_fmix64
 from pipelines.minhash import (EMPTY, MERSENNE, SHINGLE_BASE, WORD_BASE, Permutations,
                                band_hashes, lsh_threshold, minhash_signatures)
 
 MASK64 = (1 << 64) - 1
 SEPARATORS = set((string.whitespace + string.punctuation + "\x00").encode())
-
-
-def ref_fmix64(x: int) -> int:
-    x ^= x >> 33
-    x = (x * 0xFF51AFD7ED558CCD) & MASK64
-    x ^= x >> 33
-    x = (x * 0xC4CEB9FE1A85EC53) & MASK64
-    return x ^ (x >> 33)
 
 
 def ref_words(text: str) -> list[bytes]:
