@@ -49,7 +49,7 @@ import ray
 
 from pipelines.components import connected_components
 from pipelines.config import DedupConfig
-from pipelines.minhash import EMPTY, band_hashes, minhash_signatures
+from pipelines.minhash import EMPTY, band_hashes, lsh_threshold, minhash_signatures
 from pipelines.raydata import gather_columns, group_apply, partitions_for
 
 EXACT, NEAR = "dedup:exact", "dedup:near"
@@ -193,5 +193,6 @@ def near_dedup(ds: Any, cfg: DedupConfig, *, num_docs: int,
     comps = connected_components(edges, max_iterations=cfg.max_cc_iterations)
     found = gather_columns(comps.edges, ("u", "v")) if comps.members else {"u": np.zeros(0), "v": np.zeros(0)}
     table = Marks.build(found["u"], found["v"], piece_rows=piece_rows)
-    stats = {"near_duplicates": table.count, "clusters": comps.clusters, "cc_iterations": comps.iterations}
+    stats = {"near_duplicates": table.count, "clusters": comps.clusters, "cc_iterations": comps.iterations,
+             "lsh_threshold": round(lsh_threshold(cfg), 4)}
     return mark_documents(ds, table, NEAR), stats

@@ -151,13 +151,6 @@ def document_lines(text: str) -> list[str]:
     return [ln for ln in text.splitlines() if ln.strip()]
 
 
-class PackStats(NamedTuple):
-    documents: int
-    empty_documents: int  # documents that produced no tokens (skipped, counted)
-    examples: int
-    tokens: int
-
-
 class ExamplePacker:
     """Ray Data callable class: a batch of document rows -> a batch of example rows.
 
@@ -165,8 +158,8 @@ class ExamplePacker:
     batch_format="numpy", concurrency=...)``. Input columns ``uid`` and ``text`` (others are
     ignored); output (a pyarrow table) ``uid``, ``ordinal`` (the example's index in its
     document), ``split``, ``input_ids`` (list of int32, unpadded) and ``b_start`` (index of the
-    first segment-B token, the length when there is none).
-    ``self.totals`` accumulates :class:`PackStats` over the batches this instance has seen.
+    first segment-B token, the length when there is none). A document without tokens yields
+    no example (the pack stage counts those as ``documents_without_examples``).
     """
 
     def __init__(self, tokenizer: Any, cfg: PackConfig):
@@ -184,7 +177,6 @@ class ExamplePacker:
             raise ValueError(f"tokenizer {tokenizer}: missing special token(s) {missing}")
         self.special = SpecialIds(cls=ids["[CLS]"], sep=ids["[SEP]"], pad=ids["[PAD]"])
         self._encode = getattr(self.tokenizer, "encode_batch_fast", self.tokenizer.encode_batch)
-        self.totals = PackStats(0, 0, 0, 0)
 
     def tokenize(self, texts: Any) -> list[list[list[int]]]:
         """Token ids per line per document, with one tokenizer call for the whole batch."""
@@ -205,11 +197,9 @@ class ExamplePacker:
         rngs = document_rngs(uids, self.cfg)
         valid = is_validation(uids, self.cfg)
         out_uid, ordinals, splits, b_start, ids_flat, lengths = [], [], [], [], [], []
-        empty = 0
         for uid, lines, rng, is_val in zip(uids.tolist(), token_docs, rngs, valid.tolist()):
             examples = pack_document(lines, rng, self.cfg, self.special)
             if not examples:
-                empty += 1
                 continue
             split = "validation" if is_val else "train"
             for n, (ids, segs) in enumerate(examples):
@@ -219,9 +209,6 @@ class ExamplePacker:
                 b_start.append(len(ids) - sum(segs))  # segments are 0...0 1...1
                 ids_flat += ids
                 lengths.append(len(ids))
-        t = self.totals
-        self.totals = PackStats(t.documents + len(uids), t.empty_documents + empty,
-                                t.examples + len(lengths), t.tokens + len(ids_flat))
         offsets = np.zeros(len(lengths) + 1, np.int32)
         np.cumsum(lengths, out=offsets[1:])
         input_ids = pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), pa.array(ids_flat, pa.int32()))

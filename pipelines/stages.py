@@ -194,9 +194,10 @@ def _pack(run: StageRun) -> dict[str, Any]:
                    "cfg_json": json.dumps(dataclasses.asdict(run.cfg.pack), sort_keys=True)})
     out = parts.write_examples(examples, data=run.data, summarise=example_summary)
     splits = out["splits"]
+    documents_in = run.inputs["near_dedup"].stats["documents_out"]
     stats = {"splits": splits, "examples": sum(s["examples"] for s in splits.values()),
-             "tokens": sum(s["tokens"] for s in splits.values()),
-             "documents_in": run.inputs["near_dedup"].stats["documents_out"],
+             "tokens": sum(s["tokens"] for s in splits.values()), "documents_in": documents_in,
+             "documents_without_examples": documents_in - sum(s.get("documents", 0) for s in splits.values()),
              "bytes_in": run.inputs["near_dedup"].stats["bytes_out"]}
     return {"stats": stats, "files": out["files"]}
 

@@ -257,7 +257,7 @@ def test_documents_without_words_and_rejected_rows(ray_local):
     got = {r["uid"]: (r["reason"], r["detail"]) for r in out.take_all()}
     assert got == {1: ("filter:short", "why"), 2: ("", ""), 5: (EXACT, "duplicate of uid 2")}
     assert exact == {"exact_duplicates": 1}
-    assert near == {"near_duplicates": 0, "clusters": 0, "cc_iterations": 0}
+    assert near == {"near_duplicates": 0, "clusters": 0, "cc_iterations": 0, "lsh_threshold": 0.719}
 
 
 def test_a_text_that_is_not_a_string_is_a_clear_error():

@@ -203,7 +203,7 @@ def test_packer_is_independent_of_batching(tokenizer_json):
     cfg = PackConfig(seq_len=48, validation_fraction=0.2)
     whole = ExamplePacker(tokenizer_json, cfg)
     ref = _rows(whole(_doc_batch(texts, uids)))
-    assert whole.totals.empty_documents == 2 and whole.totals.documents == len(texts)
+    assert {k.split("-")[0] for k in ref} == {f"{u:016x}" for u in uids[:-2]}  # the two yield nothing
     for size in (1, 7, 50):
         packer = ExamplePacker(tokenizer_json, cfg)
         order = list(range(len(texts)))[::-1]  # and in another document order
@@ -235,13 +235,10 @@ def test_packer_tokens_match_the_tokenizer(tokenizer_json):
     assert b_start == len(ids) or ids[b_start - 1] == SPECIAL.sep  # B starts right after the first [SEP]
 
 
-def test_packer_totals_count_what_it_returned(tokenizer_json):
+def test_every_document_with_tokens_starts_at_ordinal_zero(tokenizer_json):
     texts = documents(40, seed=3) + [""]
     packer = ExamplePacker(tokenizer_json, PackConfig(seq_len=32))
     outs = [packer(_doc_batch(texts[i:i + 9], list(range(i, min(i + 9, len(texts)))))) for i in range(0, 41, 9)]
-    lengths = [len(ids) for o in outs for ids in o.column("input_ids").to_pylist()]
-    assert packer.totals.documents == 41 and packer.totals.empty_documents == 1
-    assert packer.totals.examples == len(lengths) and packer.totals.tokens == sum(lengths)
     firsts = sum(o.column("ordinal").to_pylist().count(0) for o in outs)
     assert firsts == 40  # every document with tokens starts at ordinal 0
 
