@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from pipelines.schema import atomic_write_bytes
+from common.storage import write_bytes
 
 log = logging.getLogger(__name__)
 
@@ -145,13 +145,13 @@ def save_checkpoint(engine, run_dir: str | Path, meta: CheckpointMeta, *, rank: 
         shutil.rmtree(step_dir)
     barrier()
     engine.save_checkpoint(str(root), tag=name, save_latest=False)
-    atomic_write_bytes(step_dir / f"rng_rank{rank}.json", json.dumps(rng_state()).encode())
+    write_bytes(str(step_dir / f"rng_rank{rank}.json"), json.dumps(rng_state()).encode())
     barrier()  # every rank's shards are on disk before the checkpoint is declared complete
     if before_commit is not None:
         before_commit()
     if rank == 0:
-        atomic_write_bytes(step_dir / META, (json.dumps(asdict(meta), indent=2) + "\n").encode())
-        atomic_write_bytes(root / LATEST, (name + "\n").encode())
+        write_bytes(str(step_dir / META), (json.dumps(asdict(meta), indent=2) + "\n").encode())
+        write_bytes(str(root / LATEST), (name + "\n").encode())
         prune(root, keep_last)
     barrier()
     return step_dir

@@ -1,29 +1,32 @@
 """Typed configuration of ELECTRA pre-training: model, objective, optimiser, data, train, DeepSpeed.
 
 Every field defaults to the paper's value (Clark et al. 2020, ELECTRA-Small unless noted; see
-docs/electra-reference.md §2-3), so a preset file only has to say what differs. Loading is strict:
-an unknown key anywhere in the typed sections is an error that lists the known keys, because a typo
-that silently falls back to a default wastes a pre-training run. The ``deepspeed`` section is
-DeepSpeed's own JSON config and is passed through untyped (DeepSpeed validates it).
+docs/electra-reference.md §2-3), so a preset file only has to say what differs. Loading goes
+through the project's one strict loader (``common.config``): an unknown key anywhere in the typed
+sections is an error that lists the known keys (a typo that silently falls back to a default
+wastes a pre-training run), a wrong type or a value outside a ``Literal`` set fails naming the
+key, and each section's ``validate()`` checks ranges. The ``deepspeed`` section is DeepSpeed's
+own JSON config and is passed through untyped (DeepSpeed validates it).
 
 Overrides (``section.key=value``, e.g. ``optimizer.lr=1e-4`` or
 ``deepspeed.zero_optimization.stage=2``) parse the value as JSON when possible (numbers, booleans,
 ``null``, lists) and as a plain string otherwise, then type-check it against the field, so
-``train.max_steps=ten`` fails loudly instead of becoming a string.
+``train.max_steps=ten`` fails loudly instead of becoming a string. A config file may be any
+storage location (``common.storage``).
 """
 from __future__ import annotations
 
 import dataclasses
-import json
-import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple, Union
+from typing import Any, Literal, NamedTuple
 
+from common import config as strict
+from common.config import ConfigError, check
 
-class ConfigError(ValueError):
-    """A config file or override that does not fit the schema."""
+__all__ = ["ConfigError", "DataConfig", "ElectraConfig", "ModelConfig", "ObjectiveConfig", "OptimizerConfig",
+           "TrainConfig", "apply_override", "load_config"]
 
 
 class GeneratorSizes(NamedTuple):
@@ -60,23 +63,23 @@ class ModelConfig:
         return self.generator_sizes().hidden_size
 
     def validate(self) -> None:
-        _check(self.hidden_size % self.num_heads == 0,
-               f"model.hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}")
+        check(self.hidden_size % self.num_heads == 0,
+              f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}")
         gen = self.generator_sizes()
-        _check(gen.hidden_size % gen.num_heads == 0,
-               f"generator hidden size {gen.hidden_size} is not divisible by its {gen.num_heads} heads")
-        _check(0 < self.generator_fraction <= 1, "model.generator_fraction must be in (0, 1]")
+        check(gen.hidden_size % gen.num_heads == 0,
+              f"generator hidden size {gen.hidden_size} is not divisible by its {gen.num_heads} heads")
+        check(0 < self.generator_fraction <= 1, "generator_fraction must be in (0, 1]")
         for name in ("vocab_size", "embedding_size", "num_layers", "max_position_embeddings",
                      "type_vocab_size", "intermediate_size"):
-            _check(getattr(self, name) > 0, f"model.{name} must be positive")
+            check(getattr(self, name) > 0, f"{name} must be positive")
         for name in ("hidden_dropout", "attention_dropout"):
-            _check(0 <= getattr(self, name) < 1, f"model.{name} must be in [0, 1)")
-        _check(0 <= self.pad_token_id < self.vocab_size, "model.pad_token_id outside the vocabulary")
+            check(0 <= getattr(self, name) < 1, f"{name} must be in [0, 1)")
+        check(0 <= self.pad_token_id < self.vocab_size, "pad_token_id outside the vocabulary")
 
 
 @dataclass
 class ObjectiveConfig:
-    kind: str = "electra"  # "electra" (replaced token detection) | "mlm" (BERT baseline)
+    kind: Literal["electra", "mlm"] = "electra"  # replaced token detection | BERT's MLM baseline
     mask_prob: float = 0.15
     mask_token_prob: float = 0.85  # chosen positions that become [MASK]; the rest keep the token
     max_predictions: int | None = None  # None: int((mask_prob + 0.005) * seq_len)
@@ -91,12 +94,10 @@ class ObjectiveConfig:
         return int((self.mask_prob + 0.005) * seq_len)
 
     def validate(self) -> None:
-        _check(self.kind in ("electra", "mlm"), f"objective.kind must be 'electra' or 'mlm', got {self.kind!r}")
-        _check(0 < self.mask_prob < 1, "objective.mask_prob must be in (0, 1)")
-        _check(0 <= self.mask_token_prob <= 1, "objective.mask_token_prob must be in [0, 1]")
-        _check(self.temperature > 0, "objective.temperature must be positive")
-        _check(self.max_predictions is None or self.max_predictions >= 1,
-               "objective.max_predictions must be >= 1 or null")
+        check(0 < self.mask_prob < 1, "mask_prob must be in (0, 1)")
+        check(0 <= self.mask_token_prob <= 1, "mask_token_prob must be in [0, 1]")
+        check(self.temperature > 0, "temperature must be positive")
+        check(self.max_predictions is None or self.max_predictions >= 1, "max_predictions must be >= 1 or null")
 
 
 @dataclass
@@ -112,9 +113,10 @@ class OptimizerConfig:
     grad_clip: float = 1.0
 
     def validate(self) -> None:
-        _check(self.lr > 0, "optimizer.lr must be positive")
-        _check(0 <= self.beta1 < 1 and 0 <= self.beta2 < 1, "optimizer betas must be in [0, 1)")
-        _check(self.warmup_steps >= 0 and self.total_steps > 0, "optimizer steps must be positive")
+        check(self.lr > 0, "lr must be positive")
+        check(0 <= self.beta1 < 1 and 0 <= self.beta2 < 1, "beta1 and beta2 must be in [0, 1)")
+        check(self.warmup_steps >= 0 and self.total_steps > 0,
+              "warmup_steps must be >= 0 and total_steps positive")
 
 
 @dataclass
@@ -124,11 +126,14 @@ class DataConfig:
     shuffle_buffer: int = 2000
     skip_corrupt: bool = False
     eval_batches: int = 20
-    # Hash every shard against the manifest before training (one read of the split per rank).
-    verify_shards: bool = True
+    # Shards each loader worker reads ahead (in the epoch's order) while the current block is
+    # consumed, hiding an object store's latency; each costs one decoded shard of memory. 0: off.
+    prefetch_shards: int = 2
 
     def validate(self) -> None:
-        _check(self.seq_len >= 8, "data.seq_len must be >= 8")
+        check(self.seq_len >= 8, "seq_len must be >= 8")
+        check(self.num_workers >= 0 and self.prefetch_shards >= 0, "num_workers and prefetch_shards must be >= 0")
+        check(self.shuffle_buffer >= 1, "shuffle_buffer must be >= 1")
 
 
 @dataclass
@@ -141,15 +146,13 @@ class TrainConfig:
     log_every: int = 10
     eval_every: int = 1000
     seed: int = 42
-    precision: str = "bf16"  # "fp32" | "bf16" | "fp16"
+    precision: Literal["fp32", "bf16", "fp16"] = "bf16"
     export_every_checkpoint: bool = False
     # Peak FLOP/s of one device for MFU; None: a table by device (electra/metrics_log.py).
     peak_flops: float | None = None
 
     def validate(self) -> None:
-        _check(self.precision in ("fp32", "bf16", "fp16"),
-               f"train.precision must be fp32, bf16 or fp16, got {self.precision!r}")
-        _check(self.micro_batch_size > 0 and self.global_batch_size > 0, "train batch sizes must be positive")
+        check(self.micro_batch_size > 0 and self.global_batch_size > 0, "batch sizes must be positive")
 
 
 @dataclass
@@ -169,102 +172,42 @@ class ElectraConfig:
     def max_predictions(self) -> int:
         return self.objective.max_predictions_for(self.data.seq_len)
 
-    def validate(self) -> ElectraConfig:
-        for f in _SECTIONS:
-            getattr(self, f).validate()
-        _check(self.data.seq_len <= self.model.max_position_embeddings,
-               f"data.seq_len {self.data.seq_len} exceeds model.max_position_embeddings "
-               f"{self.model.max_position_embeddings}")
-        return self
+    def validate(self) -> None:
+        """Rules across sections (each section's own ``validate`` runs when it is built)."""
+        check(self.data.seq_len <= self.model.max_position_embeddings,
+              f"data.seq_len {self.data.seq_len} exceeds model.max_position_embeddings "
+              f"{self.model.max_position_embeddings}")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], *, source: str = "config") -> ElectraConfig:
-        if not isinstance(d, dict):
-            raise ConfigError(f"{source}: top level must be a JSON object")
-        _reject_unknown(d, [f.name for f in dataclasses.fields(cls)], f"{source}")
-        sections = {name: _build(typ, d.get(name, {}), f"{source}: {name}") for name, typ in _SECTIONS.items()}
-        ds = d.get("deepspeed", {})
-        if not isinstance(ds, dict):
-            raise ConfigError(f"{source}: deepspeed must be a JSON object")
-        return cls(**sections, deepspeed=json.loads(json.dumps(ds))).validate()
+        """Build and validate strictly; errors name ``source`` and the key (``config.train.seed``)."""
+        return strict.from_dict(cls, d, where=source)
 
 
-_SECTIONS = {"model": ModelConfig, "objective": ObjectiveConfig, "optimizer": OptimizerConfig,
-             "data": DataConfig, "train": TrainConfig}
+_SECTIONS = ("model", "objective", "optimizer", "data", "train")
 
 
 def load_config(path: str | Path, overrides: typing.Sequence[str] = ()) -> ElectraConfig:
-    """Read a preset/run config JSON, apply ``section.key=value`` overrides, validate."""
-    path = Path(path)
-    try:
-        raw = json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"{path}:{e.lineno}: invalid JSON: {e.msg}") from e
-    except OSError as e:
-        raise ConfigError(f"{path}: cannot read config: {e}") from e
+    """Read a preset/run config JSON (a path or URI), apply ``section.key=value`` overrides, validate."""
+    raw = strict.load_json(str(path))
     for item in overrides:
         apply_override(raw, item)
-    return ElectraConfig.from_dict(raw, source=str(path))
+    return ElectraConfig.from_dict(raw, source=f"{path}: config")
 
 
 def apply_override(raw: dict[str, Any], item: str) -> None:
-    """Set ``a.b.c=value`` in a raw config dict (in place); type checking happens in from_dict."""
-    key, sep, text = item.partition("=")
+    """Set ``section.key=value`` in a raw config dict (in place); type checking happens in from_dict.
+
+    The typed sections are flat; only ``deepspeed.*`` (DeepSpeed's own tree) nests."""
+    key, sep, _ = item.partition("=")
     parts = key.strip().split(".")
-    if not sep or len(parts) < 2 or not all(parts):
-        raise ConfigError(f"override {item!r}: expected section.key=value")
-    if parts[0] not in _SECTIONS and parts[0] != "deepspeed":
-        raise ConfigError(f"override {item!r}: unknown section {parts[0]!r}; "
-                          f"known: {sorted([*_SECTIONS, 'deepspeed'])}")
-    if parts[0] in _SECTIONS and len(parts) != 2:
-        raise ConfigError(f"override {item!r}: section {parts[0]!r} is flat (section.key=value)")
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError:
-        value = text
-    node = raw
-    for p in parts[:-1]:
-        node = node.setdefault(p, {})
-        if not isinstance(node, dict):
-            raise ConfigError(f"override {item!r}: {p!r} is not a section")
-    node[parts[-1]] = value
-
-
-def _build(cls: type, d: Any, where: str) -> Any:
-    if not isinstance(d, dict):
-        raise ConfigError(f"{where}: must be a JSON object")
-    hints = typing.get_type_hints(cls)
-    _reject_unknown(d, list(hints), where)
-    return cls(**{k: _coerce(v, hints[k], f"{where}.{k}") for k, v in d.items()})
-
-
-def _reject_unknown(d: dict[str, Any], known: list[str], where: str) -> None:
-    unknown = sorted(set(d) - set(known))
-    if unknown:
-        raise ConfigError(f"{where}: unknown key(s) {unknown}; known keys: {sorted(known)}")
-
-
-def _coerce(value: Any, typ: Any, where: str) -> Any:
-    """Check ``value`` against a field type (int, float, str, bool, dict, or X | None)."""
-    origin = typing.get_origin(typ)
-    if origin in (Union, types.UnionType):
-        options = typing.get_args(typ)
-        if value is None and type(None) in options:
-            return None
-        inner = [t for t in options if t is not type(None)]
-        return _coerce(value, inner[0], where)
-    if typ is float and isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    if typ is int and isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
-        return int(value)  # 1e6 in JSON is a float; accept it for a step count
-    if typ in (int, str, bool, dict) and isinstance(value, typ) and not (typ is int and isinstance(value, bool)):
-        return value
-    raise ConfigError(f"{where}: expected {getattr(typ, '__name__', typ)}, got {value!r}")
-
-
-def _check(ok: bool, message: str) -> None:
-    if not ok:
-        raise ConfigError(message)
+    if sep and len(parts) >= 2 and all(parts):
+        if parts[0] not in _SECTIONS and parts[0] != "deepspeed":
+            raise ConfigError(f"override {item!r}: unknown section {parts[0]!r}; "
+                              f"known: {sorted([*_SECTIONS, 'deepspeed'])}")
+        if parts[0] in _SECTIONS and len(parts) != 2:
+            raise ConfigError(f"override {item!r}: section {parts[0]!r} is flat (section.key=value)")
+    strict.apply_override(raw, item)  # also rejects a malformed item ("expected section.key=value")

@@ -26,8 +26,8 @@ from safetensors.torch import load_file, save_file
 
 from electra.config import ModelConfig
 from electra.model import ElectraEmbeddings, ElectraEncoder, ElectraForPretraining, build_encoder
+from pipelines.schema import TOKENIZER_FILES
 
-TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json")
 
 _LAYER = {  # ours (inside layers.{i}) -> HF (inside electra.encoder.layer.{i})
     "attn_out": "attention.output.dense",

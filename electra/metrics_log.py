@@ -23,8 +23,8 @@ from pathlib import Path
 
 import torch
 
+from common.storage import write_bytes
 from electra.distributed import all_reduce_sum
-from pipelines.schema import atomic_write_bytes
 
 FIELDS = ("loss", "gen_loss", "disc_loss", "gen_acc", "disc_acc", "disc_precision", "disc_recall",
           "replaced_frac")
@@ -116,7 +116,7 @@ def truncate_after(path: Path, step: int) -> None:
             continue
         if rec.get("step", 0) <= step:
             kept.append(line + "\n")
-    atomic_write_bytes(path, "".join(kept).encode())
+    write_bytes(str(path), "".join(kept).encode())
 
 
 def train_record(step: int, means: dict[str, float], *, tokens: int, seconds: float, lr: float,

@@ -1,13 +1,19 @@
 """ELECTRA pre-training on DeepSpeed, streaming the corpus shards; resumes exactly.
 
     deepspeed [--num_gpus N | --hostfile H] electra/train.py --config electra/configs/large.json \
-        --data CORPUS_DIR --out RUN_DIR [--max-steps N] [--save-every N] [--seed N] \
+        --data CORPUS --out RUN_DIR [--max-steps N] [--save-every N] [--seed N] \
         [--micro-batch N] [--set section.key=value ...]
     python electra/train.py ...            # one process, the same code path
 
+``CORPUS`` is any corpus location (a path, ``s3://bucket/corpus``, ``gs://...``, ``https://...``):
+the manifest, tokenizer and shards are read through ``common.storage`` on every rank. ``RUN_DIR``
+must be a local or shared-filesystem path, because DeepSpeed writes checkpoints with
+``torch.save`` to paths; a remote URI there fails at start, before any work.
+
 Order of a run: join the process group; resolve the config (preset + flags + ``--set``); find
 ``RUN_DIR/checkpoints/latest``; open the corpus and refuse one whose seq_len or tokenizer does
-not match the config (or the checkpoint); the vocabulary size comes from the corpus. Seed, build
+not match the config (or the checkpoint); the vocabulary size comes from the corpus, and the
+tokenizer files are copied into ``RUN_DIR/tokenizer`` (every export reads that copy). Seed, build
 the model (identical on every rank), wrap ``ElectraObjective`` in a DeepSpeed engine with the
 project's optimiser and LR schedule; load the checkpoint (model, optimiser, scheduler, RNG, data
 position) if there is one. Then steps: ``accum`` micro batches (forward, backward, engine.step),
@@ -34,23 +40,29 @@ if __package__ in (None, ""):  # run as a file (``deepspeed electra/train.py``):
 
 import torch  # noqa: E402
 
+from common import storage  # noqa: E402
 from electra import checkpoint as ckpt  # noqa: E402
 from electra import data as sdata  # noqa: E402
 from electra import distributed as D  # noqa: E402
 from electra.config import ElectraConfig, load_config  # noqa: E402
 from electra.metrics_log import MetricsLog, MetricWindow, peak_flops, train_record  # noqa: E402
-from pipelines.schema import TOKENIZER_DIR, atomic_write_bytes  # noqa: E402
+from pipelines.schema import TOKENIZER_DIR, TOKENIZER_FILES  # noqa: E402
 
 log = logging.getLogger("electra.train")
 DEBUG_KEYS_ENV = "ELECTRA_DEBUG_KEYS"  # a folder: each rank appends the sample keys it trained on
-KILL_IN_CHECKPOINT_ENV = "ELECTRA_TEST_KILL_IN_CHECKPOINT"  # fault injection for the tests
+# Fault injection for the tests: SIGKILL inside the checkpoint commit of step N, or right after
+# step N (logged, saved only if N is a save step): deterministic kills, no timing races.
+KILL_IN_CHECKPOINT_ENV = "ELECTRA_TEST_KILL_IN_CHECKPOINT"
+KILL_AFTER_STEP_ENV = "ELECTRA_TEST_KILL_AFTER_STEP"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--config", required=True, help="preset or run config JSON (electra/configs/*.json)")
-    p.add_argument("--data", required=True, help="corpus directory (manifest.json, tokenizer/, shards/)")
-    p.add_argument("--out", required=True, help="run directory; rerunning resumes from its latest checkpoint")
+    p.add_argument("--data", required=True,
+                   help="corpus location: a path or s3:// gs:// https:// URI (manifest.json, tokenizer/, shards/)")
+    p.add_argument("--out", required=True,
+                   help="run directory (local or shared filesystem); rerunning resumes from its latest checkpoint")
     p.add_argument("--max-steps", type=int, help="train.max_steps")
     p.add_argument("--save-every", type=int, help="train.save_every")
     p.add_argument("--seed", type=int, help="train.seed")
@@ -90,10 +102,10 @@ class Trainer:
     """Holds the run's state; ``run()`` trains to ``max_steps``."""
 
     def __init__(self, args: argparse.Namespace):
+        self.run_dir = run_dir(args.out)
         self.dist = D.init_distributed()
         self.rank0 = self.dist.rank == 0
         self.cfg = resolve_config(args)
-        self.run_dir = Path(args.out)
         self.resume_dir = ckpt.find_latest(self.run_dir)
         prior = ckpt.CheckpointMeta.read(self.resume_dir) if self.resume_dir else None
         self.corpus = sdata.open_corpus(args.data, seq_len=self.cfg.data.seq_len,
@@ -116,11 +128,16 @@ class Trainer:
         if self.rank0:
             ckpt.clean_incomplete(self.run_dir)
             for name, obj in (("config.json", self.cfg.to_dict()), ("deepspeed_config.json", self.ds_config)):
-                atomic_write_bytes(self.run_dir / name, (json.dumps(obj, indent=2) + "\n").encode())
+                storage.write_bytes(str(self.run_dir / name), (json.dumps(obj, indent=2) + "\n").encode())
             # The run keeps its own copy of the tokenizer so any checkpoint can be exported later
-            # (electra.checkpoint.export_checkpoint) without the corpus at hand.
-            for f in sorted((self.corpus.root / TOKENIZER_DIR).iterdir()):
-                atomic_write_bytes(self.run_dir / TOKENIZER_DIR / f.name, f.read_bytes())
+            # (electra.checkpoint.export_checkpoint) without the corpus, which may be remote, at hand.
+            # By name, not by listing: an https:// corpus cannot be listed.
+            for name in TOKENIZER_FILES:
+                try:
+                    data = storage.read_bytes(storage.join(self.corpus.tokenizer_uri, name))
+                except storage.StorageError:  # optional files; tokenizer.json open_corpus has read
+                    continue
+                storage.write_bytes(str(self.run_dir / TOKENIZER_DIR / name), data)
         D.barrier()
         self.engine = self._build_engine()
         self._plans: dict[str, sdata.StreamPlan] = {}
@@ -136,7 +153,7 @@ class Trainer:
             position = sdata.DataPosition(**meta.data_position)
             log.info("resumed from %s (step %d, data %s)", self.resume_dir, self.step, position)
         self.train_stream = sdata.TrainStream(self._plan("train"), num_workers=self.cfg.data.num_workers,
-                                              start=position)
+                                              prefetch=self.cfg.data.prefetch_shards, start=position)
         self.metrics = MetricsLog(self.run_dir, enabled=self.rank0, resume_step=self.step)
 
     def _build_engine(self):
@@ -155,11 +172,10 @@ class Trainer:
         return engine
 
     def _plan(self, split: str) -> sdata.StreamPlan:
-        """This rank's plan for a split; shards are checked once per split and run."""
+        """This rank's plan for a split; shards are listed once per split and run."""
         if split in self._plans:
             return self._plans[split]
-        shards, skipped = sdata.check_shards(self.corpus, split, verify=self.cfg.data.verify_shards,
-                                             skip_corrupt=self.cfg.data.skip_corrupt)
+        shards, skipped = sdata.check_shards(self.corpus, split, skip_corrupt=self.cfg.data.skip_corrupt)
         self.skipped_shards += skipped
         self._plans[split] = sdata.StreamPlan(
             tuple(shards), self.cfg.data.seq_len, self.cfg.train.micro_batch_size, rank=self.dist.rank,
@@ -175,6 +191,7 @@ class Trainer:
         batches = iter(self.train_stream)
         bar = _progress(self.rank0, total=max_steps, initial=self.step)
         started = time.perf_counter()
+        kill_after = int(os.environ.get(KILL_AFTER_STEP_ENV, 0))
         if self.skipped_shards:
             self.metrics.write({"kind": "data", "step": self.step, "skipped_shards": self.skipped_shards,
                                 "skipped_count": len(self.skipped_shards)})
@@ -193,6 +210,8 @@ class Trainer:
                 if window.pending:  # tokens_seen in meta.json must include this window
                     self._log(window, lr=lr, flops=flops, peak=peak, bar=bar)
                 self.save(self.wall_before + time.perf_counter() - started)
+            if self.step == kill_after:
+                os.kill(os.getpid(), 9)
         bar.close()
         self.export()  # also when resumed at max_steps: the export is a function of the checkpoint
         self.metrics.close()
@@ -232,7 +251,7 @@ class Trainer:
         with torch.random.fork_rng(devices=[]), torch.no_grad():
             torch.manual_seed(self.cfg.train.seed + self.dist.rank)
             n = min(self.cfg.data.eval_batches, plan.batches_per_epoch)
-            for batch in sdata.eval_batches(plan, n):
+            for batch in sdata.eval_batches(plan, n, prefetch=self.cfg.data.prefetch_shards):
                 dev = self.engine.device
                 window.add(self.engine(batch.input_ids.to(dev), batch.segment_ids.to(dev)))
         self.engine.train()
@@ -264,8 +283,17 @@ class Trainer:
         with D.full_parameters(self.engine):
             if self.rank0:
                 export_hf(self.engine.module.model, self.cfg.model, out_dir or self.run_dir / "hf",
-                          tokenizer_dir=self.corpus.root / TOKENIZER_DIR)
+                          tokenizer_dir=self.run_dir / TOKENIZER_DIR)
         D.barrier()
+
+
+def run_dir(out: str) -> Path:
+    """``--out`` as a local path; a remote URI is refused before any work is done."""
+    if not storage.is_local(out):
+        raise ValueError(f"--out {out}: the run directory must be a local or shared-filesystem path "
+                         "(DeepSpeed writes checkpoints with torch.save to paths); train into a local "
+                         "folder and copy the run to the store afterwards")
+    return Path(storage.local_path(out))
 
 
 def _flops_per_token(cfg: ElectraConfig) -> float | None:

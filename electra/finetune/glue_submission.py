@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipelines.schema import atomic_write_bytes
+from common.storage import write_bytes
 
 from .predictions import read_predictions
 from .results import TaskResult
@@ -54,6 +54,6 @@ def write_submission(eval_dir: str | Path, results: dict[str, TaskResult]) -> di
     for name, lines in sorted(files.items()):
         path = eval_dir / SUBMISSION_DIR / name
         path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_bytes(path, ("index\tprediction\n" + "\n".join(lines) + "\n").encode())
+        write_bytes(str(path), ("index\tprediction\n" + "\n".join(lines) + "\n").encode())
         out[name] = path
     return out

@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 from typing import Any, Iterable
 
-from pipelines.schema import atomic_write_bytes
+from common.storage import write_bytes
 
 from . import metrics as glue_metrics
 from .squad_metrics import squad_evaluate
@@ -34,7 +34,7 @@ def write_predictions(path: str | Path, rows: Iterable[dict[str, Any]]) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     text = "".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n" for r in rows)
-    atomic_write_bytes(path, text.encode("utf-8"))
+    write_bytes(str(path), text.encode("utf-8"))
     return path
 
 

@@ -20,30 +20,39 @@ embeddings (and the embedding projection) are depth 0, encoder layer i (0-based)
 * ``"corrected"``: the head is depth L + 1 and ``top = L + 1``: head ``lr``, top layer
   ``lr × decay``, embeddings ``lr × decay^(L+1)``.
 
-Unknown keys in a recipe dict are an error (``FinetuneRecipe.from_dict``).
+``FinetuneRecipe.from_dict`` loads a recipe dict through the project's one strict loader
+(``common.config``): unknown keys, wrong types and values outside the ``Literal`` choices (size,
+LLRD variant, precision, device) are errors naming the key.
 """
 from __future__ import annotations
 
 import dataclasses
+import typing
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 from torch import nn
+
+from common import config as strict
+from common.config import check
+
+Size = Literal["small", "base", "large"]
+LlrdVariant = Literal["original", "corrected"]
 
 SIZE_DEFAULTS = {
     "small": {"lr": 3e-4, "layerwise_lr_decay": 0.8},
     "base": {"lr": 1e-4, "layerwise_lr_decay": 0.8},
     "large": {"lr": 5e-5, "layerwise_lr_decay": 0.9},
 }
-LLRD_VARIANTS = ("original", "corrected")
+LLRD_VARIANTS = typing.get_args(LlrdVariant)
 
 
 @dataclass
 class FinetuneRecipe:
-    size: str = "base"
+    size: Size = "base"
     lr: float = 1e-4
     layerwise_lr_decay: float = 0.8  # 1.0 disables LLRD
-    llrd_variant: str = "original"
+    llrd_variant: LlrdVariant = "original"
     weight_decay: float = 0.0
     adam_eps: float = 1e-6
     adam_beta1: float = 0.9
@@ -66,28 +75,20 @@ class FinetuneRecipe:
     max_train_examples: int | None = None  # cap for smoke runs; None = the whole training set
     max_eval_examples: int | None = None
     eval_batch_size: int = 128
-    precision: str = "fp32"  # "fp32" | "bf16" (autocast; a large speed-up on AMX CPUs)
-    device: str = "auto"  # "auto" | "cpu" | "cuda"
+    precision: Literal["fp32", "bf16"] = "fp32"  # bf16: autocast (a large speed-up on AMX CPUs)
+    device: Literal["auto", "cpu", "cuda"] = "auto"
     # CPU threads for torch (None: torch's default). Tiny models on a shared machine run far
     # faster on 1 thread: OpenMP workers spin-wait for cores that other processes hold.
     num_threads: int | None = None
     deepspeed: bool = False  # wrap the model in a single-process DeepSpeed engine
 
-    def validate(self) -> FinetuneRecipe:
-        def check(ok: bool, msg: str) -> None:
-            if not ok:
-                raise ValueError(f"finetune recipe: {msg}")
-        check(self.size in SIZE_DEFAULTS, f"size {self.size!r} not in {list(SIZE_DEFAULTS)}")
-        check(self.llrd_variant in LLRD_VARIANTS,
-              f"llrd_variant {self.llrd_variant!r} not in {LLRD_VARIANTS}")
-        check(self.lr > 0 and 0 < self.layerwise_lr_decay <= 1, "lr > 0, decay in (0, 1]")
+    def validate(self) -> None:
+        """Ranges (``from_dict`` calls it; the ``Literal`` fields are checked while loading)."""
+        check(self.lr > 0 and 0 < self.layerwise_lr_decay <= 1, "lr > 0, layerwise_lr_decay in (0, 1]")
         check(0 <= self.warmup_fraction < 1, "warmup_fraction in [0, 1)")
         check(self.batch_size > 0 and self.num_seeds > 0, "batch_size and num_seeds > 0")
         check(self.epochs is None or self.epochs > 0, "epochs > 0")
-        check(self.precision in ("fp32", "bf16"), f"precision {self.precision!r}: fp32 or bf16")
-        check(self.device in ("auto", "cpu", "cuda"), f"device {self.device!r}: auto/cpu/cuda")
         check(self.num_threads is None or self.num_threads > 0, "num_threads > 0 or None")
-        return self
 
     @property
     def seeds(self) -> list[int]:
@@ -98,17 +99,13 @@ class FinetuneRecipe:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> FinetuneRecipe:
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ValueError(f"finetune recipe: unknown keys {unknown}; known: {sorted(known)}")
-        return cls(**d).validate()
+        return strict.from_dict(cls, d, where="finetune recipe")
 
 
 def recipe_for_size(size: str, **overrides: Any) -> FinetuneRecipe:
     """The paper's recipe for ``small``/``base``/``large``, with explicit overrides on top."""
     if size not in SIZE_DEFAULTS:
-        raise ValueError(f"unknown model size {size!r}; known: {list(SIZE_DEFAULTS)}")
+        raise strict.ConfigError(f"unknown model size {size!r}; known: {list(SIZE_DEFAULTS)}")
     return FinetuneRecipe.from_dict({"size": size, **SIZE_DEFAULTS[size], **overrides})
 
 

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pipelines.schema import atomic_write_bytes
+from common.storage import write_bytes
 
 from .metrics import glue_average
 from .results import TaskResult
@@ -44,7 +44,7 @@ def build_results(*, checkpoint: str, model_dir: str, step: int | None, meta: di
 def write_results(eval_dir: str | Path, results: dict[str, Any]) -> Path:
     path = Path(eval_dir) / RESULTS
     path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(path, (json.dumps(results, indent=2, sort_keys=True) + "\n").encode())
+    write_bytes(str(path), (json.dumps(results, indent=2, sort_keys=True) + "\n").encode())
     return path
 
 
@@ -158,7 +158,7 @@ def write_report(eval_dir: str | Path, results: dict[str, Any], *,
             "<style>td,th{padding:2px 8px;border:1px solid #ccc}table{border-collapse:collapse}"
             "</style></head><body>" + "\n".join(body) + "</body></html>\n")
     path = eval_dir / REPORT
-    atomic_write_bytes(path, page.encode("utf-8"))
+    write_bytes(str(path), page.encode("utf-8"))
     return path
 
 

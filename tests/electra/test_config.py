@@ -99,10 +99,20 @@ def test_overrides_are_parsed_and_type_checked():
     ("optimiser.lr=1", r"unknown section 'optimiser'"),
     ("model.hidden.size=3", r"section 'model' is flat"),
     ("model.hidden_sizes=3", r"unknown key\(s\) \['hidden_sizes'\]"),
-    ("objective.kind=bert", r"objective.kind must be 'electra' or 'mlm'"),
+    ("objective.kind=bert", r"tiny.json: config.objective.kind: 'bert' is not one of \['electra', 'mlm'\]"),
+    ("train.precision=fp8", r"config.train.precision: 'fp8' is not one of \['fp32', 'bf16', 'fp16'\]"),
+    ("data.prefetch_shards=-1", r"config.data: num_workers and prefetch_shards must be >= 0"),
     ("model.num_heads=3", r"not divisible by num_heads"),
     ("data.seq_len=1024", r"exceeds model.max_position_embeddings"),
 ])
 def test_bad_overrides_fail_clearly(override, message):
     with pytest.raises(ConfigError, match=message):
         load_config(PRESETS / "tiny.json", [override])
+
+
+def test_load_config_from_a_uri_names_the_file(tmp_path):
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps({"train": {"seed": 5}}))
+    assert load_config(f"file://{path}").train.seed == 5
+    with pytest.raises(ConfigError, match=rf"{tmp_path}/missing.json: cannot read config"):
+        load_config(f"file://{tmp_path}/missing.json")

@@ -1,5 +1,6 @@
 """The trainer end to end on CPU: 2 DeepSpeed ranks, exact resume after SIGKILL, a kill during a
-checkpoint write, the Hugging Face export. Real processes, real DeepSpeed, tiny model and corpus.
+checkpoint write, the Hugging Face export, a corpus streamed from a loopback S3 server. Real
+processes, real DeepSpeed, tiny model and corpus.
 """
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ import random
 import signal
 import subprocess
 import sys
-import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -17,8 +17,8 @@ import pytest
 import torch
 
 from electra import checkpoint as ck
-from electra.train import DEBUG_KEYS_ENV, KILL_IN_CHECKPOINT_ENV, parse_args
-from tests.electra._corpus import write_tiny_corpus
+from electra.train import DEBUG_KEYS_ENV, KILL_AFTER_STEP_ENV, KILL_IN_CHECKPOINT_ENV, Trainer, parse_args
+from tests.electra._corpus import TOKENIZER_PATH, shard_path, upload_corpus, write_tiny_corpus
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
@@ -98,21 +98,14 @@ def test_baseline_run_layout_and_metrics(baseline):
 
 
 def test_sigkill_at_random_step_resumes_bitwise(corpus, baseline, tmp_path):
-    kill_after = random.Random().randint(3, 7)
+    kill_after = random.Random().randint(3, 7)  # odd: resumes from the step before, drops a logged step
     out = tmp_path / "run"
-    proc = subprocess.Popen(train_cmd(corpus, out, *SINGLE), cwd=REPO, env=env(), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    deadline = time.time() + 180
-    while time.time() < deadline and proc.poll() is None:
-        if (out / "metrics.jsonl").exists() and any(r["step"] >= kill_after for r in records(out)):
-            break
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    assert len(records(out)) < 8, f"run finished before the kill at step {kill_after}"
+    p = run(train_cmd(corpus, out, *SINGLE), **{KILL_AFTER_STEP_ENV: kill_after})
+    assert p.returncode == -signal.SIGKILL
+    assert [r["step"] for r in records(out)] == list(range(1, kill_after + 1))
     p = run(train_cmd(corpus, out, *SINGLE))
     assert p.returncode == 0, p.stderr[-3000:]
-    assert "resumed from" in p.stderr or ck.find_latest(out) is None
+    assert f"(step {kill_after - kill_after % 2}," in p.stderr  # the last checkpoint (save_every 2)
     assert trajectory(out) == trajectory(baseline), f"killed after step {kill_after}"
     assert records(out, "eval") == records(baseline, "eval")
 
@@ -152,6 +145,26 @@ def test_export_loads_in_transformers_with_trainer_logits(corpus, baseline):
     assert torch.allclose(got[mask], want[mask], atol=1e-5), (got - want).abs().max()
 
 
+def test_corpus_streamed_from_s3_trains_exactly_as_the_local_copy(corpus, baseline, s3_server, tmp_path):
+    data = upload_corpus(corpus, s3_server.bucket() + "/corpus")
+    out = tmp_path / "run"
+    p = run(train_cmd(data, out, *SINGLE[2:], "--max-steps", "4"))  # same flags, 4 of the baseline's 8 steps
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert trajectory(out) == trajectory(baseline)[:4]
+    assert records(out, "eval") == records(baseline, "eval")[:1]  # the eval at step 4
+    tokenizer = (corpus / TOKENIZER_PATH / "tokenizer.json").read_bytes()
+    assert (out / "tokenizer" / "tokenizer.json").read_bytes() == tokenizer  # the run's local copy ...
+    assert (out / "hf" / "discriminator" / "tokenizer.json").read_bytes() == tokenizer  # ... exported
+
+
+def test_missing_corpus_or_remote_run_dir_fail_before_training(s3_server, tmp_path):
+    p = run(train_cmd(f"{s3_server.bucket()}/nothing-here", tmp_path / "run", "--max-steps", "1"))
+    assert p.returncode != 0 and "/nothing-here/manifest.json: no manifest" in p.stderr
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()
+    with pytest.raises(ValueError, match="--out s3://b/run: the run directory must be a local"):
+        Trainer(parse_args(["--config", "c", "--data", "d", "--out", "s3://b/run"]))
+
+
 TWO_RANK_FLAGS = ["--micro-batch", "2", "--save-every", "3", "--set", "train.global_batch_size=8", "--set",
                   "train.eval_every=0", "--set", "deepspeed.zero_optimization.stage=2", "--set",
                   "data.skip_corrupt=true", "--set", "optimizer.lr=0.003"]
@@ -168,7 +181,7 @@ def two_rank_run(tmp_path_factory):
     in 5 shards (+1 corrupt shard, skipped): divisible by neither 2 ranks nor 2 x 2 workers."""
     tmp = tmp_path_factory.mktemp("two_ranks")
     data = write_tiny_corpus(tmp / "c", seq_len=32, train_shards=(9, 7, 5, 11, 3, 4), validation_shards=(6,))
-    bad = data / "shards" / "train-000005.tar"
+    bad = shard_path(data, "train", 5)
     bad.write_bytes(bad.read_bytes()[:2000])
     keys_dir, out = tmp / "keys", tmp / "run"
     keys_dir.mkdir()

@@ -31,10 +31,17 @@ def test_paper_defaults_by_size():
 
 
 def test_unknown_or_bad_recipe_keys_are_errors():
-    with pytest.raises(ValueError, match=r"unknown keys \['learning_rate'\]"):
+    with pytest.raises(ValueError, match=r"finetune recipe: unknown key\(s\) \['learning_rate'\]"):
         FinetuneRecipe.from_dict({"learning_rate": 1e-4})
-    with pytest.raises(ValueError, match="llrd_variant 'fixed'"):
+    with pytest.raises(ValueError, match=r"recipe.llrd_variant: 'fixed' is not one of \['original', 'corrected'\]"):
         FinetuneRecipe.from_dict({"llrd_variant": "fixed"})
+    with pytest.raises(ValueError, match=r"recipe.device: 'tpu' is not one of"):
+        FinetuneRecipe.from_dict({"device": "tpu"})
+    with pytest.raises(ValueError, match=r"recipe.batch_size: expected int, got '32'"):
+        FinetuneRecipe.from_dict({"batch_size": "32"})
+    with pytest.raises(ValueError, match=r"finetune recipe: warmup_fraction in \[0, 1\)"):
+        FinetuneRecipe.from_dict({"warmup_fraction": 1.5})
+    assert FinetuneRecipe.from_dict(recipe_for_size("small").to_dict()) == recipe_for_size("small")
     with pytest.raises(ValueError, match="unknown model size 'xl'"):
         recipe_for_size("xl")
 

@@ -1,0 +1,236 @@
+"""Opening a corpus by location and reading its shards: identity checks, a cheap metadata check,
+and content verified while it streams.
+
+A corpus is a location string (a local path, ``file://``, ``s3://``, ``gs://``, ``https://``);
+every byte goes through ``common.storage``, so no rank assumes a disk another machine wrote. The
+manifest is the commit point: a shard it does not list does not exist. Three steps:
+
+1. ``open_corpus`` reads ``manifest.json`` once (its sha256, kept in checkpoints, is that of the
+   bytes read) and ``tokenizer.json`` from ``manifest.tokenizer.path``, and refuses a corpus that
+   does not fit the config or the checkpoint: seq_len, the tokenizer's sha256 (against the
+   manifest: replaced after the build; against the checkpoint: the wrong corpus for this run),
+   its vocabulary size, ``[PAD] = 0``.
+2. ``check_shards`` checks metadata only: one listing per shard folder, compared with the
+   manifest's names and sizes (a shard the listing lacks is asked for once by name, which is also
+   how a store that cannot list, plain HTTP, is served). That costs a few requests whatever the
+   corpus size; hashing every shard up front cost every rank one full read of the split before
+   step 1. Every rank lists the same store, so a missing or truncated shard is found, and with
+   ``data.skip_corrupt`` left out of the plan, identically on every rank.
+3. ``read_shard`` verifies content in the same pass that parses it: the stream goes through a
+   ``HashingReader``, ``schema.read_shard`` parses it front to back, the rest (tar end padding)
+   is drained, then byte count, sha256 and example count are compared with the manifest. So a
+   shard altered after the manifest was written (same size, other bytes) is found only when the
+   stream reaches it, mid-epoch, and that is always an error, never a skip: skipping it on the
+   rank that met it would leave that rank with fewer batches than the others (they would wait in
+   a collective forever) and would break the exact-resume guarantee.
+
+``ShardCache`` holds the decoded shards a loader worker needs, by position in the epoch's shard
+order, and reads ahead: after the newest shard requested, the next ``prefetch`` shards (in that
+order, never past the last one the worker's span touches) load in a thread pool while the
+current block is consumed, which hides an object store's latency. Threads suffice: the work is
+network I/O, sha256 and numpy copies, which mostly release the GIL. Memory: the shards the
+current shuffle block touches plus at most ``prefetch`` shards ahead.
+"""
+from __future__ import annotations
+
+import logging
+import posixpath
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+
+from common import storage
+from common.hashing import HashingReader, sha256_bytes
+from pipelines import schema
+
+log = logging.getLogger(__name__)
+
+# Ranged-GET size on object stores. Shards are read front to back once, so large blocks mean few
+# requests; 16 MiB stays small next to the decoded shard it becomes.
+READ_BLOCK = 16 << 20
+
+
+class CorpusMismatchError(ValueError):
+    """The corpus does not fit the config or the checkpoint (seq_len, tokenizer)."""
+
+
+class CorruptShardError(RuntimeError):
+    """A shard that is missing, truncated, altered or unreadable; the message names its location."""
+
+
+@dataclass(frozen=True)
+class CorpusInfo:
+    root: str  # the corpus location, as given (path or URI)
+    manifest: schema.Manifest
+    manifest_sha256: str
+    tokenizer_sha256: str
+    vocab_size: int
+
+    def uri(self, relative: str) -> str:
+        """A path of the manifest (relative to the corpus) as a location."""
+        return storage.join(self.root, relative)
+
+    @property
+    def tokenizer_uri(self) -> str:
+        return self.uri(self.manifest.tokenizer.path)
+
+
+@dataclass(frozen=True)
+class ShardRef:
+    uri: str
+    num_examples: int
+    bytes: int
+    sha256: str
+
+
+def open_corpus(corpus: str, *, seq_len: int, tokenizer_sha256: str | None = None,
+                manifest_sha256: str | None = None) -> CorpusInfo:
+    """Load and check a corpus: its seq_len must equal ``seq_len``; its tokenizer (and, when
+    resuming, its manifest) must equal the checkpoint's. A location without a manifest (missing
+    bucket, wrong prefix) raises ``FileNotFoundError`` naming it."""
+    root = str(corpus)
+    raw = schema.read_manifest_bytes(root)
+    where = storage.join(root, schema.MANIFEST_NAME)
+    manifest = schema.Manifest.parse(raw, where)
+    if manifest.seq_len != seq_len:
+        raise CorpusMismatchError(f"{where}: corpus seq_len {manifest.seq_len} != config data.seq_len "
+                                  f"{seq_len}; rebuild the corpus or set data.seq_len={manifest.seq_len}")
+    tok_uri = storage.join(root, manifest.tokenizer.path, "tokenizer.json")
+    try:
+        tok_bytes = storage.read_bytes(tok_uri)
+    except storage.StorageError as exc:
+        raise CorpusMismatchError(f"{tok_uri}: missing tokenizer ({exc})") from exc
+    tok_sha = sha256_bytes(tok_bytes)
+    if tok_sha != manifest.tokenizer.sha256:
+        raise CorpusMismatchError(f"{tok_uri}: sha256 {tok_sha[:12]} != manifest's "
+                                  f"{manifest.tokenizer.sha256[:12]}: tokenizer replaced after the build")
+    if tokenizer_sha256 is not None and tok_sha != tokenizer_sha256:
+        raise CorpusMismatchError(f"{tok_uri}: tokenizer sha256 {tok_sha[:12]} differs from the "
+                                  f"checkpoint's {tokenizer_sha256[:12]}: wrong corpus for this run")
+    from tokenizers import Tokenizer  # local: only needed here
+
+    vocab = Tokenizer.from_str(tok_bytes.decode("utf-8")).get_vocab_size()
+    if vocab != manifest.tokenizer.vocab_size:
+        raise CorpusMismatchError(f"{where}: tokenizer vocab_size {manifest.tokenizer.vocab_size} but "
+                                  f"{tok_uri} has {vocab} tokens")
+    if manifest.tokenizer.special_tokens.get("[PAD]") != 0:
+        raise CorpusMismatchError(f"{where}: [PAD] must be id 0 (attention mask is ids != 0)")
+    man_sha = sha256_bytes(raw)
+    if manifest_sha256 is not None and man_sha != manifest_sha256:
+        log.warning("%s changed since the checkpoint (sha256 %s -> %s); the data position may not "
+                    "match", where, manifest_sha256[:12], man_sha[:12])
+    return CorpusInfo(root, manifest, man_sha, tok_sha, vocab)
+
+
+def check_shards(corpus: CorpusInfo, split: str, *,
+                 skip_corrupt: bool = False) -> tuple[list[ShardRef], list[str]]:
+    """The split's shards whose listing matches the manifest, and the locations of those skipped
+    (missing or of another size); content is verified later, by ``read_shard``."""
+    infos = corpus.manifest.shards_for(split)
+    listings = {folder: _file_sizes(corpus.uri(folder)) for folder in sorted({posixpath.dirname(s.path)
+                                                                               for s in infos})}
+    good, skipped = [], []
+    for info in infos:
+        uri = corpus.uri(info.path)
+        folder, name = posixpath.split(info.path)
+        size = listings[folder].get(name)
+        if size is None:  # not in the listing: ask by name before calling it missing
+            found = storage.info(uri)
+            size = None if found is None else int(found["size"])
+        if size == info.bytes:
+            good.append(ShardRef(uri, info.num_examples, info.bytes, info.sha256))
+            continue
+        problem = ("missing" if size is None else
+                   f"{size} bytes, manifest says {info.bytes} (truncated or altered after the manifest was written)")
+        if not skip_corrupt:
+            raise CorruptShardError(f"{uri}: {problem} (set data.skip_corrupt=true to skip it)")
+        log.warning("skipping corrupt shard %s: %s", uri, problem)
+        skipped.append(uri)
+    if skipped:
+        log.warning("%d of %d %s shards skipped as corrupt", len(skipped), len(infos), split)
+    return good, skipped
+
+
+def _file_sizes(folder: str) -> dict[str, int]:
+    """Name -> size of the files directly in ``folder``, from one listing (empty when the store
+    has no such folder or cannot list)."""
+    fs, path = storage.url_to_fs(folder)
+    try:
+        entries = fs.ls(path, detail=True)
+    except (FileNotFoundError, NotImplementedError):
+        return {}
+    return {posixpath.basename(e["name"].rstrip("/")): int(e["size"]) for e in entries
+            if e.get("type") == "file" and e.get("size") is not None}
+
+
+def read_shard(shard: ShardRef) -> schema.Examples:
+    """All examples of a shard, parsed and verified against the manifest in one streaming read."""
+    try:
+        with storage.open_input(shard.uri, block_size=READ_BLOCK) as raw:
+            reader = HashingReader(raw)
+            examples, parse_error = None, None
+            try:
+                examples = schema.read_shard(reader, shard.uri)
+            except ValueError as exc:
+                parse_error = exc
+            reader.drain()
+    except storage.StorageError as exc:
+        raise CorruptShardError(f"{shard.uri}: missing (deleted after the manifest was written)") from exc
+    if reader.bytes_read != shard.bytes:
+        raise CorruptShardError(f"{shard.uri}: {reader.bytes_read} bytes, manifest says {shard.bytes} "
+                                "(truncated or altered after the manifest was written)")
+    if reader.hexdigest() != shard.sha256:
+        raise CorruptShardError(f"{shard.uri}: sha256 differs from the manifest (altered after the "
+                                "manifest was written)")
+    if parse_error is not None:  # the bytes the manifest names, yet unreadable: a bad build
+        raise CorruptShardError(str(parse_error)) from parse_error
+    if len(examples) != shard.num_examples:
+        raise CorruptShardError(f"{shard.uri}: {len(examples)} examples, manifest says {shard.num_examples}")
+    return examples
+
+
+class ShardCache:
+    """Decoded shards by position in one epoch's shard order, with read-ahead (module docstring).
+
+    ``last`` is the last position the reader can need: nothing past it is read ahead."""
+
+    def __init__(self, ordered: list[ShardRef], *, prefetch: int = 0, last: int | None = None):
+        self.ordered = ordered
+        self.prefetch = prefetch
+        self.last = len(ordered) - 1 if last is None else last
+        self.loaded: dict[int, schema.Examples] = {}
+        self.pending: dict[int, Future] = {}
+        self.frontier = -1  # the furthest position requested so far
+        self._pool = ThreadPoolExecutor(prefetch, thread_name_prefix="shard-read-ahead") if prefetch else None
+
+    def get(self, index: int) -> schema.Examples:
+        if index > self.frontier:
+            self.frontier = index
+            self._read_ahead()  # before a blocking read below, so the two overlap
+        if index not in self.loaded:
+            future = self.pending.pop(index, None)
+            self.loaded[index] = future.result() if future is not None else read_shard(self.ordered[index])
+        return self.loaded[index]
+
+    def _read_ahead(self) -> None:
+        if self._pool is None:
+            return
+        for i in range(self.frontier + 1, min(self.frontier + self.prefetch, self.last) + 1):
+            if i not in self.loaded and i not in self.pending:
+                self.pending[i] = self._pool.submit(read_shard, self.ordered[i])
+
+    def evict_before(self, index: int) -> None:
+        """Forget the shards before position ``index`` (the current block starts in ``index``)."""
+        for i in [i for i in self.loaded if i < index]:
+            del self.loaded[i]
+        for i in [i for i in self.pending if i < index]:
+            self.pending.pop(i).cancel()
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def __enter__(self) -> ShardCache:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
