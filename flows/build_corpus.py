@@ -94,7 +94,8 @@ def build_corpus(source: list[str] | str, out: str, tokenizer: str | None = None
                  vocab_size: int | None = None, seq_len: int | None = None, lowercase: bool | None = None,
                  validation_fraction: float | None = None, seed: int | None = None,
                  ray_address: str | None = None, config: dict[str, Any] | str | None = None,
-                 overrides: list[str] | None = None, keep_cache: bool = False) -> dict[str, Any]:
+                 overrides: list[str] | None = None, keep_cache: bool = False,
+                 ray_worker_pip: str | None = None) -> dict[str, Any]:
     """Build an ELECTRA pre-training corpus at ``out`` (path or URI); returns the manifest."""
     logger = get_run_logger()
     cfg = corpus_config(config=config, overrides=list(overrides or ()), tokenizer=tokenizer,
@@ -105,7 +106,7 @@ def build_corpus(source: list[str] | str, out: str, tokenizer: str | None = None
     logger.info("build-corpus: %d input files → %s; stages to run: %s", len(build.sources.files), out,
                 ", ".join(pending) or "none (published)")
     if pending:
-        raydata.init_ray(ray_address)
+        raydata.init_ray(ray_address, worker_pip=ray_worker_pip)
     for name in pending:
         retries = build.stages[name].retries
         run_stage.with_options(name=name, retries=retries, retry_delay_seconds=5)(build, name)
@@ -133,8 +134,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--validation-fraction", type=float, default=None,
                    help="pack.validation_fraction: share of documents held out (default 0.01)")
     p.add_argument("--seed", type=int, default=None, help="pack.seed and tokenizer.sample_seed")
-    p.add_argument("--ray-address", default=None, help="Ray cluster address (auto, ray://head:10001, "
-                                                       "host:port); default: local Ray")
+    p.add_argument("--ray-address", default=None,
+                   help="Ray cluster address (auto on the head, or host:port); default: a private local Ray")
+    p.add_argument("--ray-worker-pip", default=None, metavar="REQUIREMENTS",
+                   help="with --ray-address: pip requirements file installed for this job on every worker "
+                        "(infra/worker-requirements.txt) when the cluster does not run the project's image")
     p.add_argument("--keep-cache", action="store_true",
                    help="keep every stage's intermediate data (fast reruns with another later-stage config)")
     return p.parse_args(argv)
@@ -147,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
                             vocab_size=args.vocab_size, seq_len=args.seq_len, lowercase=args.lowercase,
                             validation_fraction=args.validation_fraction, seed=args.seed,
                             ray_address=args.ray_address, config=args.config, overrides=args.overrides,
-                            keep_cache=args.keep_cache)
+                            keep_cache=args.keep_cache, ray_worker_pip=args.ray_worker_pip)
     for split, info in manifest["splits"].items():
         print(f"{split}: {info['num_documents']} documents, {info['num_examples']} examples, "
               f"{info['num_tokens']} tokens")

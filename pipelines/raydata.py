@@ -4,8 +4,10 @@
   the project's own packages (``common``, ``pipelines``) as ``py_modules`` and the variables
   that locate the object store (``common.storage.STORE_ENV``: endpoint, credentials) as
   ``env_vars``, so every worker reads and writes the same URIs as the driver. Third-party
-  packages must already be on the workers (the image in ``infra/Dockerfile``, or
-  ``runtime_env={"pip": "infra/worker-requirements.txt"}`` through ``worker_pip``).
+  packages must already be on the workers (the image in ``infra/Dockerfile``), or be installed
+  per job from ``infra/worker-requirements.txt`` (``worker_pip``; needs ``virtualenv`` on the
+  nodes, which ``ray[default]`` brings). Ray Client addresses (``ray://``) cannot run Ray Data
+  in Ray 2.60; run the driver on the head (``ray exec``/``ray job submit``) with ``auto``.
 * ``configure_data_context``: Ray Data settings measured to matter (see its docstring).
 * ``partitions_for``: shuffle partition counts from the data size, never from the CPUs present
   at start. An autoscaling cluster whose head has 0 CPUs would otherwise get the minimum, and a
@@ -46,7 +48,10 @@ def init_ray(address: str | None = None, *, num_cpus: int | None = None, worker_
 
         env = {k: os.environ[k] for k in storage.STORE_ENV if os.environ.get(k)}
         env.update(TOKENIZERS_PARALLELISM="false", RAY_ENABLE_UV_RUN_RUNTIME_ENV="0")
-        runtime_env: dict = {"py_modules": [common, pipelines], "env_vars": env}
+        # Folder paths, not module objects: inside a Ray Job the runtime_env is deep-copied, and
+        # module objects cannot be pickled.
+        modules = [os.path.dirname(m.__file__) for m in (common, pipelines)]
+        runtime_env: dict = {"py_modules": modules, "env_vars": env}
         if worker_pip:
             runtime_env["pip"] = worker_pip
         ray.init(address=address, runtime_env=runtime_env, log_to_driver=False)
