@@ -4,12 +4,19 @@
    same text (goal >= 0.8x);
 2. MinHash signatures (``pipelines.minhash``) vs a ``datasketch`` ``update_batch`` loop, one core
    (goals >= 5x and >= 0.8 MB/s per core);
-3. the whole pipeline (ingest → filter → exact + near dedup → pack → shard; the tokenizer is
-   trained once beforehand so both runs pack with the same one) on Ray Data with 1 vs 2 CPUs
-   (goal >= 1.7x), each run confined to that many cores (``corpus_pipeline``). Throughput is
-   MB of decoded text per second (the raw files are partly gzip/bz2 compressed).
+3. the whole pipeline (ingest → filter → exact + near dedup → tokenizer → pack → shard; the
+   tokenizer is trained once beforehand so both runs pack with the same one) on Ray Data with 1
+   vs 2 CPUs (goal >= 1.7x), each run confined to that many cores (``corpus_pipeline``), on the
+   real books of ``../shared/data/corpus`` when present (else a generated corpus of
+   ``--pipeline-mb``). Throughput is MB of decoded text per second. The same runs give the
+   output's footprint without shards against the input text (goal <= 0.5x), the shards' bytes
+   per token beside what format_version 1 cost for the same examples (goal <= 4), and the
+   driver's peak memory.
 
-    python benchmarks/corpus.py [--mb 8] [--pipeline-mb 100] [--skip pack,minhash,pipeline]
+The loader figure (samples/s streamed from a loopback S3 server vs the small preset's
+consumption) is ``benchmarks/train.py --s3``.
+
+    python benchmarks/corpus.py [--mb 8] [--corpus DIR] [--pipeline-mb 100] [--skip pack,minhash,pipeline]
 """
 from __future__ import annotations
 
@@ -25,6 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks import corpus_minhash, corpus_pack, corpus_pipeline  # noqa: E402
 from pipelines import synthetic  # noqa: E402
 
+BOOKS = Path(__file__).resolve().parents[2] / "shared" / "data" / "corpus"
+
 
 def _docs(mb: float, seed: int) -> list[str]:
     return corpus_minhash.load_texts(None, mb, seed=seed)
@@ -35,6 +44,8 @@ def main() -> int:
     p.add_argument("--mb", type=float, default=8.0, help="MB of text for the pack and MinHash figures")
     p.add_argument("--pipeline-mb", type=float, default=100.0,
                    help="MB of text (before the planted duplicates) in the corpus of the 1-vs-2 CPU run")
+    p.add_argument("--corpus", default=str(BOOKS) if BOOKS.is_dir() else None,
+                   help="folder of raw text for the 1-vs-2 CPU run (default: the shared books when present)")
     p.add_argument("--skip", default="", help="comma list of parts to skip: pack,minhash,pipeline")
     args = p.parse_args()
     skip = set(filter(None, args.skip.split(",")))
@@ -58,20 +69,32 @@ def main() -> int:
             print(f"minhash {r['minhash_mb_s']:.2f} MB/s vs datasketch {r['datasketch_mb_s']:.2f} MB/s"
                   f" -> {r['ratio']:.2f}x (goals >= 5x, >= 0.8 MB/s/core)", flush=True)
         if "pipeline" not in skip:
-            n_docs = int(len(texts) * args.pipeline_mb / args.mb)
-            raw = synthetic.write_corpus(tmp / "raw", num_docs=n_docs, seed=5, num_files=16, bad_files=False)
-            disk_mb = sum(f.stat().st_size for f in raw.iterdir()) / 1e6
-            one = corpus_pipeline.measure(raw, tok_json, 1, tmp / "work1")
-            two = corpus_pipeline.measure(raw, tok_json, 2, tmp / "work2")
+            if args.corpus:
+                raw = Path(args.corpus)
+                sample = [p.read_text(errors="replace") for p in sorted(raw.rglob("*.txt"))[:12]]
+                train_tokenizer(sample, TokenizerConfig(vocab_size=30522), tmp / "tok_books")
+                pipe_tok = str(tmp / "tok_books" / "tokenizer.json")
+            else:
+                n_docs = int(len(texts) * args.pipeline_mb / args.mb)
+                raw = synthetic.write_corpus(tmp / "raw", num_docs=n_docs, seed=5, num_files=16, bad_files=False)
+                pipe_tok = tok_json
+            disk_mb = sum(f.stat().st_size for f in raw.rglob("*") if f.is_file()) / 1e6
+            one = corpus_pipeline.measure(str(raw), pipe_tok, 1, str(tmp / "out1"))
+            two = corpus_pipeline.measure(str(raw), pipe_tok, 2, str(tmp / "out2"))
             mb = one["text_bytes"] / 1e6
-            results["pipeline"] = {"raw_mb_on_disk": round(disk_mb, 2), "text_mb": round(mb, 2),
+            results["pipeline"] = {"corpus": str(raw), "raw_mb_on_disk": round(disk_mb, 2), "text_mb": round(mb, 2),
                                    "seconds_1cpu": round(one["seconds"], 2), "seconds_2cpu": round(two["seconds"], 2),
                                    "mb_s_1cpu": round(mb / one["seconds"], 3), "mb_s_2cpu": round(mb / two["seconds"], 3),
                                    "speedup": round(one["seconds"] / two["seconds"], 2),
-                                   "stages_1cpu": one["stages"], "stages_2cpu": two["stages"]}
+                                   "run_1cpu": one, "run_2cpu": two}
             r = results["pipeline"]
             print(f"pipeline on {r['text_mb']:.1f} MB of text: {r['mb_s_1cpu']:.3f} MB/s on 1 CPU vs "
                   f"{r['mb_s_2cpu']:.3f} MB/s on 2 CPUs -> {r['speedup']:.2f}x (goal >= 1.7x)", flush=True)
+            print(f"footprint without shards: {two['footprint_ratio']:.3f}x the input text "
+                  f"({(two['output_bytes'] - two['shard_bytes']) / 1e6:.2f} MB for {mb:.1f} MB; goal <= 0.5x); "
+                  f"shards {two['bytes_per_token']:.2f} bytes/token vs {two['v1_bytes_per_token']:.2f} in "
+                  f"format 1 (goal <= 4); driver peak RSS {one['driver_peak_rss_mb']:.0f} MB (1 CPU), "
+                  f"{two['driver_peak_rss_mb']:.0f} MB (2 CPUs)", flush=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print(json.dumps(results, indent=1))

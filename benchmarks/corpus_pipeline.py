@@ -1,20 +1,25 @@
-"""Whole corpus pipeline on N CPUs: ingest → filter → exact + near dedup → pack → shard.
+"""Whole corpus pipeline on N CPUs: ingest → filter → exact + near dedup → tokenizer → pack → shard.
 
-``measure(raw, tokenizer_json, cpus, work)`` starts a child process confined to ``cpus`` cores
-(``sched_setaffinity``: the driver, Ray's raylet, GCS and every worker inherit the mask) and
-gives Ray ``num_cpus=cpus``. Confining matters on a small machine: a Ray CPU is only a
-scheduling token, so "1 Ray CPU" on a 2-core box still lets the driver, the raylet, the object
-store and any helper threads run on the second core for free, and the comparison would measure
-Ray's bookkeeping rather than what a second core buys. The tokenizer is given (trained once
-beforehand), so both runs pack with the same one. Each run starts from an empty work folder.
+``measure(sources, tokenizer_json, cpus, out)`` starts a child process confined to ``cpus``
+cores (``sched_setaffinity``: the driver, Ray's raylet, GCS and every worker inherit the mask)
+and gives Ray ``num_cpus=cpus``. Confining matters on a small machine: a Ray CPU is only a
+scheduling token, so "1 Ray CPU" on a 2-core box still lets the driver, the raylet and helper
+threads run on the second core for free, and the comparison would measure Ray's bookkeeping
+rather than what a second core buys. The tokenizer is given (trained once beforehand), so both
+runs pack with the same one. Each run builds into an empty output location (a path or URI).
 
-    python benchmarks/corpus_pipeline.py RAW_DIR TOKENIZER_JSON CPUS WORK_DIR   (prints JSON)
+Besides the time, a run reports what the build leaves behind: the output's bytes with and
+without the shards against the input text (the footprint ratio), the shards' bytes per token,
+and the driver's peak resident memory (``ru_maxrss`` of the child; Ray workers are separate
+processes and not included).
+
+    python benchmarks/corpus_pipeline.py SOURCE TOKENIZER_JSON CPUS OUT   (prints JSON)
 """
 from __future__ import annotations
 
 import json
 import os
-import shutil
+import resource
 import subprocess
 import sys
 import time
@@ -22,41 +27,61 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pipelines import build  # noqa: E402
+from common import storage  # noqa: E402
+from pipelines import raydata, schema  # noqa: E402
 from pipelines.config import CorpusConfig  # noqa: E402
+from pipelines.runner import CorpusBuild  # noqa: E402
 
 
-def run(raw: Path, tokenizer_json: str, cpus: int, work: Path) -> dict:
-    """The pipeline in this process (on whatever cores it may use); seconds and stage figures."""
+def v1_bytes(corpus: str, manifest: schema.Manifest) -> int:
+    """What format_version 1 cost for the same examples: per example two tar members
+    (``.input_ids.npy`` int32, ``.segment_ids.npy`` uint8), each a 512-byte header plus a
+    128-byte .npy header and payload padded to 512 bytes, plus the tar end-of-archive record."""
+    def member(payload):
+        return 512 + -(-payload // 512) * 512
+
+    total = 0
+    for s in manifest.shards:
+        with storage.open_input(storage.join(corpus, s.path)) as f:
+            lengths = schema.read_shard(f, s.path).lengths
+        total += sum(member(128 + 4 * int(n)) + member(128 + int(n)) for n in lengths) + 10240
+    return total
+
+
+def run(source: str, tokenizer_json: str, cpus: int, out: str) -> dict:
+    """The pipeline in this process (on whatever cores it may use): seconds and figures."""
     import ray
 
-    shutil.rmtree(work, ignore_errors=True)
+    storage.remove(out, recursive=True)
     ray.shutdown()
-    build.init_ray(num_cpus=cpus)
+    raydata.init_ray(num_cpus=cpus)
     cfg = CorpusConfig.from_dict({"tokenizer": {"pretrained": tokenizer_json}, "shard": {"min_shards_per_split": 8}})
-    files = [str(p) for p in sorted(raw.iterdir())]
     start = time.perf_counter()
-    ing = build.ingest_stage(files, cfg, work)
-    flt = build.filter_stage(ing, cfg, work)
-    exa = build.exact_dedup_stage(flt, cfg, work)
-    near = build.near_dedup_stage(exa, cfg, work)
-    tok = build.tokenizer_stage(near, cfg, work)
-    packed = build.pack_stage(near, tok, cfg, work)
-    sharded = build.shard_stage(packed, cfg, work)
+    manifest = CorpusBuild([source], out, cfg).run()
     seconds = time.perf_counter() - start
     ray.shutdown()
-    stages = {s.name: s.stats.get("seconds") for s in (ing, flt, exa, near, tok, packed, sharded)}
-    return {"seconds": seconds, "text_bytes": ing.stats["bytes_in"], "stages": stages,
-            "documents_kept": near.stats["documents_out"], "tokens": packed.stats["tokens"]}
+    stats = manifest.stats
+    total = storage.du(out)
+    shards = sum(s.bytes for s in manifest.shards)
+    text = stats["ingest"]["bytes_in"]
+    return {"seconds": seconds, "text_bytes": text, "stages": {k: stats[k]["seconds"] for k in stats if "seconds" in stats[k]},
+            "documents_kept": stats["near_dedup"]["documents_out"], "tokens": stats["pack"]["tokens"],
+            "output_bytes": total, "shard_bytes": shards,
+            "footprint_ratio": round((total - shards) / max(text, 1), 4),
+            "bytes_per_token": stats["shard"]["bytes_per_token"],
+            "v1_bytes_per_token": round(v1_bytes(out, manifest) / max(stats["pack"]["tokens"], 1), 3),
+            "driver_peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+            "work_bytes": storage.du(storage.join(out, schema.WORK_DIR)),
+            "rejected_bytes": storage.du(storage.join(out, schema.REJECTED_DIR))}
 
 
-def measure(raw: Path, tokenizer_json: str, cpus: int, work: Path) -> dict:
+def measure(source: str, tokenizer_json: str, cpus: int, out: str) -> dict:
     """``run`` in a child process confined to the first ``cpus`` cores this process may use."""
     cores = sorted(os.sched_getaffinity(0))
     if len(cores) < cpus:
         raise RuntimeError(f"asked for {cpus} cores, this process may use only {cores}")
     env = dict(os.environ, TOKENIZERS_PARALLELISM="false", RAY_ENABLE_UV_RUN_RUNTIME_ENV="0")
-    proc = subprocess.run([sys.executable, __file__, str(raw), tokenizer_json, str(cpus), str(work)],
+    proc = subprocess.run([sys.executable, __file__, source, tokenizer_json, str(cpus), out],
                           env=env, capture_output=True, text=True,
                           preexec_fn=lambda: os.sched_setaffinity(0, cores[:cpus]))
     if proc.returncode != 0:
@@ -65,5 +90,5 @@ def measure(raw: Path, tokenizer_json: str, cpus: int, work: Path) -> dict:
 
 
 if __name__ == "__main__":
-    raw_dir, tok_json, n, work_dir = sys.argv[1:5]
-    print(json.dumps(run(Path(raw_dir), tok_json, int(n), Path(work_dir))))
+    src, tok_json, n, out_uri = sys.argv[1:5]
+    print(json.dumps(run(src, tok_json, int(n), out_uri)))
