@@ -47,7 +47,7 @@ from typing import Any
 import numpy as np
 import ray
 
-from pipelines.components import connected_components
+from pipelines.components import connected_components, unique_pairs
 from pipelines.config import DedupConfig
 from pipelines.minhash import EMPTY, band_hashes, lsh_threshold, minhash_signatures
 from pipelines.raydata import gather_columns, group_apply, partitions_for
@@ -169,8 +169,7 @@ def signature_buckets(batch: dict[str, np.ndarray], *, cfg: DedupConfig) -> dict
 
 def bucket_edges(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Step 2: within a partition of buckets, link every member to its bucket's smallest uid."""
-    pairs = np.unique(np.stack([batch["bucket"], batch["uid"]], axis=1), axis=0)
-    bucket, uid = pairs[:, 0], pairs[:, 1]
+    bucket, uid = unique_pairs(batch["bucket"], batch["uid"])
     first = np.ones(len(bucket), dtype=bool)
     first[1:] = bucket[1:] != bucket[:-1]
     root = uid[np.maximum.accumulate(np.where(first, np.arange(len(uid)), 0))]

@@ -166,7 +166,10 @@ def read_parts(folder: str, files: list[dict[str, Any]]) -> Any:
     """The listed Parquet parts of a stage as one Dataset (nothing else in the folder is read)."""
     import ray
 
-    uris = [storage.join(folder, f["name"]) for f in files]
+    # Largest parts first: Ray reads them in this order, so the big tasks run early and the
+    # small ones fill in at the end instead of one large task running alone on the last core.
+    ordered = sorted(files, key=lambda f: (-int(f.get("rows", 0)), f["name"]))
+    uris = [storage.join(folder, f["name"]) for f in ordered]
     if not uris:
         return ray.data.from_items([])
     return ray.data.read_parquet(uris)

@@ -3,16 +3,19 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipelines.raydata import (MAX_PARTITIONS, PART, PARTITION_BYTES, add_partition, configure_data_context,
+from pipelines.raydata import (MAX_PARTITIONS, MIN_PARTITIONS, PART, PARTITION_BYTES, add_partition, configure_data_context,
                                gather_columns, group_apply, partitions_for)
 
 
-def test_partitions_follow_the_bytes_not_the_cpus():
-    assert partitions_for(0) == partitions_for(-5) == partitions_for(1) == 1
-    assert partitions_for(PARTITION_BYTES) == 1 and partitions_for(PARTITION_BYTES + 1) == 2
-    assert partitions_for(10 * PARTITION_BYTES) == 10
+def test_partitions_follow_the_bytes_not_the_cpus(ray_local):
+    assert partitions_for(0) == partitions_for(-5) == partitions_for(1) == MIN_PARTITIONS
+    assert partitions_for(MIN_PARTITIONS * PARTITION_BYTES) == MIN_PARTITIONS
+    assert partitions_for(MIN_PARTITIONS * PARTITION_BYTES + 1) == MIN_PARTITIONS + 1
+    assert partitions_for(100 * PARTITION_BYTES) == 100
     assert partitions_for(10_000 * PARTITION_BYTES) == MAX_PARTITIONS
-    assert partitions_for(1000, partition_bytes=100) == 10
+    assert partitions_for(100_000, partition_bytes=100) == 1000
+    # Nothing about the cluster enters: the same answer with Ray running (2 CPUs here) or not.
+    assert partitions_for(37 * PARTITION_BYTES) == 37
 
 
 def test_add_partition_is_a_function_of_the_key():
