@@ -50,8 +50,8 @@ def _time_ours(packer, batches: list[list[str]]) -> tuple[float, int, int]:
     tokens = examples = 0
     for batch in uid_batches:
         out = packer(batch)
-        examples += len(out["key"])
-        tokens += sum(len(x) for x in out["input_ids"])
+        examples += out.num_rows
+        tokens += len(out.column("input_ids").combine_chunks().values)
     return time.perf_counter() - start, tokens, examples
 
 
