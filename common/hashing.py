@@ -1,11 +1,10 @@
 """Hashing helpers shared by the corpus pipeline and the trainer, each defined once.
 
-* ``sha256_bytes`` / ``sha256_uri`` / ``HashingReader``: content identity of files (tokenizer,
+* ``sha256_bytes`` / ``HashingReader``: content identity of files (tokenizer,
   shards, manifest). ``HashingReader`` hashes while a stream is consumed, so a reader verifies a
   shard in the same pass that parses it instead of reading it twice.
 * ``stable_uid``: the 63-bit document id hash (blake2b of the id string; never Python's ``hash``,
   which changes per process).
-* ``blake2b64``: 64-bit blake2b of many strings (shard assignment of example keys).
 * ``hash64``: splitmix64 of (seed, int64 values), vectorised: per-document seeds and coin flips
   (validation split, packing RNG, tokenizer sample) that depend on nothing but the document.
 * ``fmix64``: murmur3's finaliser (MinHash shingles, shuffle partitions).
@@ -15,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import IO, Any, Iterable
+from typing import IO, Any
 
 import numpy as np
 
@@ -25,17 +24,6 @@ _GOLDEN = 0x9E3779B97F4A7C15
 
 def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-def sha256_uri(uri: str, chunk: int = 1 << 20) -> str:
-    """sha256 of a file at any storage location, streamed."""
-    from common import storage
-
-    h = hashlib.sha256()
-    with storage.open_input(uri) as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
 
 
 class HashingReader:
@@ -65,14 +53,6 @@ def stable_uid(text: str) -> int:
     """Deterministic 63-bit hash of a string (fits int64, never negative)."""
     raw = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).digest()
     return int.from_bytes(raw, "little") & ((1 << 63) - 1)
-
-
-def blake2b64(values: Iterable[Any]) -> np.ndarray:
-    """uint64 blake2b of ``str(v)`` for every value."""
-    vals = list(values)
-    return np.fromiter((int.from_bytes(hashlib.blake2b(str(v).encode("utf-8", "surrogatepass"),
-                                                       digest_size=8).digest(), "little") for v in vals),
-                       dtype=np.uint64, count=len(vals))
 
 
 def _splitmix(x: np.ndarray) -> np.ndarray:

@@ -26,7 +26,6 @@ from __future__ import annotations
 import json
 import os
 import posixpath
-import shutil
 import tempfile
 from contextlib import contextmanager
 from typing import IO, Any, Iterator
@@ -128,11 +127,6 @@ def exists(uri: str) -> bool:
     return fs.exists(path)
 
 
-def isfile(uri: str) -> bool:
-    fs, path = url_to_fs(uri)
-    return fs.isfile(path)
-
-
 def size(uri: str) -> int | None:
     """Size in bytes, or None when the location does not exist."""
     fs, path = url_to_fs(uri)
@@ -224,29 +218,6 @@ def write_json(uri: str, obj: Any, *, indent: int | None = 2) -> None:
     write_text(uri, json.dumps(obj, indent=indent, sort_keys=True) + "\n")
 
 
-def put_file(local: str, uri: str) -> None:
-    """Upload a local file (large checkpoint files: streamed, not read into memory)."""
-    _writable(uri)
-    if is_local(uri):
-        dest = local_path(uri)
-        os.makedirs(os.path.dirname(os.path.abspath(dest)), exist_ok=True)
-        tmp = f"{dest}.{os.getpid()}.tmp"
-        shutil.copyfile(local, tmp)
-        os.replace(tmp, dest)
-        return
-    fs, path = url_to_fs(uri)
-    fs.put_file(local, path)
-
-
-def get_file(uri: str, local: str) -> None:
-    """Download one object to a local file."""
-    fs, path = url_to_fs(uri)
-    try:
-        fs.get_file(path, local)
-    except FileNotFoundError as exc:
-        raise StorageError(f"{uri}: no such file") from exc
-
-
 def remove(uri: str, *, recursive: bool = False) -> None:
     """Delete a file (or a whole folder with ``recursive``); a missing location is fine."""
     fs, path = url_to_fs(uri)
@@ -254,12 +225,6 @@ def remove(uri: str, *, recursive: bool = False) -> None:
         fs.rm(path, recursive=recursive)
     except FileNotFoundError:
         pass
-
-
-def makedirs(uri: str) -> None:
-    """Create a local folder; object stores have none to create."""
-    if is_local(uri):
-        os.makedirs(local_path(uri), exist_ok=True)
 
 
 # ------------------------------------------------------------------------------ checks
@@ -280,13 +245,3 @@ def check_output(uri: str) -> None:
     if not present:
         where = os.environ.get("AWS_ENDPOINT_URL", "") if protocol(uri) == "s3" else ""
         raise StorageError(f"{uri}: bucket {bucket!r} does not exist" + (f" at {where}" if where else ""))
-
-
-def check_input(uri: str) -> None:
-    """Fail early with the location named when ``uri`` does not exist."""
-    try:
-        present = exists(uri)
-    except PermissionError as exc:
-        raise StorageError(f"{uri}: no access ({exc})") from exc
-    if not present:
-        raise StorageError(f"{uri}: no such file or folder")

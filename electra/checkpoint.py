@@ -54,6 +54,9 @@ class CheckpointMeta:
     config_hash: str
     wall_time: float  # seconds of training so far (summed over restarts)
     world_size: int = 1
+    # What the data stream is a function of (seq_len, tokenizer, shard list): resume refuses a
+    # corpus that differs in it. "" in checkpoints written before it existed.
+    data_sha256: str = ""
     saved_at: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
 
     @classmethod

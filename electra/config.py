@@ -129,6 +129,9 @@ class DataConfig:
     # Shards each loader worker reads ahead (in the epoch's order) while the current block is
     # consumed, hiding an object store's latency; each costs one decoded shard of memory. 0: off.
     prefetch_shards: int = 2
+    # Resuming on a corpus whose shards differ from the checkpoint's (a republished corpus) is an
+    # error: the saved data position would point into another stream. True: warn and go on.
+    allow_corpus_change: bool = False
 
     def validate(self) -> None:
         check(self.seq_len >= 8, "seq_len must be >= 8")

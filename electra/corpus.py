@@ -14,8 +14,10 @@ manifest is the commit point: a shard it does not list does not exist. Three ste
    manifest's names and sizes (a shard the listing lacks is asked for once by name, which is also
    how a store that cannot list, plain HTTP, is served). That costs a few requests whatever the
    corpus size; hashing every shard up front cost every rank one full read of the split before
-   step 1. Every rank lists the same store, so a missing or truncated shard is found, and with
-   ``data.skip_corrupt`` left out of the plan, identically on every rank.
+   step 1. The trainer runs it on rank 0 only and broadcasts the answer
+   (``distributed.on_rank0``), so a missing or truncated shard is found, and with
+   ``data.skip_corrupt`` left out of the plan, identically on every rank even if the store
+   changes between two ranks' listings.
 3. ``read_shard`` verifies content in the same pass that parses it: the stream goes through a
    ``HashingReader``, ``schema.read_shard`` parses it front to back, the rest (tar end padding)
    is drained, then byte count, sha256 and example count are compared with the manifest. So a
@@ -33,8 +35,10 @@ current shuffle block touches plus at most ``prefetch`` shards ahead.
 """
 from __future__ import annotations
 
+import json
 import logging
 import posixpath
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -47,10 +51,16 @@ log = logging.getLogger(__name__)
 # Ranged-GET size on object stores. Shards are read front to back once, so large blocks mean few
 # requests; 16 MiB stays small next to the decoded shard it becomes.
 READ_BLOCK = 16 << 20
+READ_ATTEMPTS = 3
+RETRY_PAUSE_S = 1.0
 
 
 class CorpusMismatchError(ValueError):
     """The corpus does not fit the config or the checkpoint (seq_len, tokenizer)."""
+
+
+class ShardReadError(RuntimeError):
+    """Reading a shard kept failing (network, store): not damage, but the run cannot go on."""
 
 
 class CorruptShardError(RuntimeError):
@@ -70,6 +80,13 @@ class CorpusInfo:
         return storage.join(self.root, relative)
 
     @property
+    def data_sha256(self) -> str:
+        """Identity of what the data stream is a function of: seq_len, tokenizer, shard list."""
+        shards = [[s.path, s.split, s.num_examples, s.sha256] for s in self.manifest.shards]
+        blob = json.dumps([self.manifest.seq_len, self.tokenizer_sha256, shards]).encode()
+        return sha256_bytes(blob)
+
+    @property
     def tokenizer_uri(self) -> str:
         return self.uri(self.manifest.tokenizer.path)
 
@@ -83,7 +100,8 @@ class ShardRef:
 
 
 def open_corpus(corpus: str, *, seq_len: int, tokenizer_sha256: str | None = None,
-                manifest_sha256: str | None = None) -> CorpusInfo:
+                manifest_sha256: str | None = None, data_sha256: str | None = None,
+                allow_change: bool = False) -> CorpusInfo:
     """Load and check a corpus: its seq_len must equal ``seq_len``; its tokenizer (and, when
     resuming, its manifest) must equal the checkpoint's. A location without a manifest (missing
     bucket, wrong prefix) raises ``FileNotFoundError`` naming it."""
@@ -115,10 +133,21 @@ def open_corpus(corpus: str, *, seq_len: int, tokenizer_sha256: str | None = Non
     if manifest.tokenizer.special_tokens.get("[PAD]") != 0:
         raise CorpusMismatchError(f"{where}: [PAD] must be id 0 (attention mask is ids != 0)")
     man_sha = sha256_bytes(raw)
-    if manifest_sha256 is not None and man_sha != manifest_sha256:
-        log.warning("%s changed since the checkpoint (sha256 %s -> %s); the data position may not "
-                    "match", where, manifest_sha256[:12], man_sha[:12])
-    return CorpusInfo(root, manifest, man_sha, tok_sha, vocab)
+    info = CorpusInfo(root, manifest, man_sha, tok_sha, vocab)
+    if data_sha256 is not None and info.data_sha256 != data_sha256:
+        message = (f"{where}: the corpus's shards differ from the checkpoint's (data sha256 "
+                   f"{data_sha256[:12]} -> {info.data_sha256[:12]}: republished?); the saved data "
+                   "position points into another stream")
+        if not allow_change:
+            raise CorpusMismatchError(message + "; resume on the original corpus, start a new run "
+                                                "directory, or set data.allow_corpus_change=true")
+        log.warning("%s (data.allow_corpus_change: going on)", message)
+    elif manifest_sha256 is not None and man_sha != manifest_sha256:
+        if data_sha256 is None:  # a checkpoint from before data_sha256: cannot tell what changed
+            log.warning("%s changed since the checkpoint; the data position may not match", where)
+        else:
+            log.info("%s changed since the checkpoint (statistics only: the same shards)", where)
+    return info
 
 
 def check_shards(corpus: CorpusInfo, split: str, *,
@@ -162,19 +191,35 @@ def _file_sizes(folder: str) -> dict[str, int]:
             if e.get("type") == "file" and e.get("size") is not None}
 
 
-def read_shard(shard: ShardRef) -> schema.Examples:
-    """All examples of a shard, parsed and verified against the manifest in one streaming read."""
-    try:
-        with storage.open_input(shard.uri, block_size=READ_BLOCK) as raw:
-            reader = HashingReader(raw)
-            examples, parse_error = None, None
-            try:
-                examples = schema.read_shard(reader, shard.uri)
-            except ValueError as exc:
-                parse_error = exc
-            reader.drain()
-    except storage.StorageError as exc:
-        raise CorruptShardError(f"{shard.uri}: missing (deleted after the manifest was written)") from exc
+def read_shard(shard: ShardRef, *, attempts: int = READ_ATTEMPTS) -> schema.Examples:
+    """All examples of a shard, parsed and verified against the manifest in one streaming read.
+
+    A failing read (connection reset, timeout: an ``OSError`` other than a missing object) is
+    retried from the start, ``attempts`` times with a growing pause, then raised as
+    ``ShardReadError`` naming the shard; a missing or altered shard is never retried.
+    """
+    for attempt in range(1, attempts + 1):
+        try:
+            return _read_verified(shard)
+        except storage.StorageError as exc:
+            raise CorruptShardError(f"{shard.uri}: missing (deleted after the manifest was written)") from exc
+        except OSError as exc:
+            if attempt == attempts:
+                raise ShardReadError(f"{shard.uri}: read failed {attempts} times ({exc!r})") from exc
+            log.warning("%s: read failed (%r); retrying (%d of %d)", shard.uri, exc, attempt + 1, attempts)
+            time.sleep(RETRY_PAUSE_S * 2 ** (attempt - 1))
+    raise AssertionError("unreachable")
+
+
+def _read_verified(shard: ShardRef) -> schema.Examples:
+    with storage.open_input(shard.uri, block_size=READ_BLOCK) as raw:
+        reader = HashingReader(raw)
+        examples, parse_error = None, None
+        try:
+            examples = schema.read_shard(reader, shard.uri)
+        except ValueError as exc:
+            parse_error = exc
+        reader.drain()
     if reader.bytes_read != shard.bytes:
         raise CorruptShardError(f"{shard.uri}: {reader.bytes_read} bytes, manifest says {shard.bytes} "
                                 "(truncated or altered after the manifest was written)")

@@ -19,11 +19,14 @@ import copy
 import os
 import socket
 from dataclasses import dataclass
+from typing import Callable, TypeVar
 
 import torch
 import torch.distributed as dist
 
 from electra.config import ElectraConfig
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -103,6 +106,28 @@ def all_reduce_sum(t: torch.Tensor) -> torch.Tensor:
     if dist.is_initialized() and dist.get_world_size() > 1:
         dist.all_reduce(t, op=dist.ReduceOp.SUM)
     return t
+
+
+def on_rank0(compute: Callable[[], T]) -> T:
+    """``compute()`` on rank 0 and its result (or its exception) on every rank.
+
+    For decisions every rank must make alike from a store that each rank would otherwise query
+    on its own, a moment apart (which shards exist): one answer, no divergence, no rank left
+    waiting in a collective because it alone raised.
+    """
+    if not (dist.is_initialized() and dist.get_world_size() > 1):
+        return compute()
+    box: list = [None]
+    if dist.get_rank() == 0:
+        try:
+            box = [(True, compute())]
+        except Exception as exc:  # re-raised on every rank below
+            box = [(False, exc)]
+    dist.broadcast_object_list(box, src=0)
+    ok, value = box[0]
+    if not ok:
+        raise value
+    return value
 
 
 @contextlib.contextmanager

@@ -110,7 +110,9 @@ class Trainer:
         prior = ckpt.CheckpointMeta.read(self.resume_dir) if self.resume_dir else None
         self.corpus = sdata.open_corpus(args.data, seq_len=self.cfg.data.seq_len,
                                         tokenizer_sha256=prior.tokenizer_sha256 if prior else None,
-                                        manifest_sha256=prior.manifest_sha256 if prior else None)
+                                        manifest_sha256=prior.manifest_sha256 if prior else None,
+                                        data_sha256=prior.data_sha256 if prior and prior.data_sha256 else None,
+                                        allow_change=self.cfg.data.allow_corpus_change)
         if self.cfg.model.vocab_size != self.corpus.vocab_size:
             log.info("model.vocab_size %d -> %d (from the corpus tokenizer)", self.cfg.model.vocab_size,
                      self.corpus.vocab_size)
@@ -175,7 +177,8 @@ class Trainer:
         """This rank's plan for a split; shards are listed once per split and run."""
         if split in self._plans:
             return self._plans[split]
-        shards, skipped = sdata.check_shards(self.corpus, split, skip_corrupt=self.cfg.data.skip_corrupt)
+        shards, skipped = D.on_rank0(
+            lambda: sdata.check_shards(self.corpus, split, skip_corrupt=self.cfg.data.skip_corrupt))
         self.skipped_shards += skipped
         self._plans[split] = sdata.StreamPlan(
             tuple(shards), self.cfg.data.seq_len, self.cfg.train.micro_batch_size, rank=self.dist.rank,
@@ -264,7 +267,7 @@ class Trainer:
         meta = ckpt.CheckpointMeta(
             step=self.step, tokens_seen=self.tokens_seen, data_position=self.train_stream.position.to_dict(),
             manifest_sha256=self.corpus.manifest_sha256, tokenizer_sha256=self.corpus.tokenizer_sha256,
-            config_hash=config_hash(self.cfg), wall_time=wall_time, world_size=self.dist.world_size)
+            data_sha256=self.corpus.data_sha256, config_hash=config_hash(self.cfg), wall_time=wall_time, world_size=self.dist.world_size)
         kill_at = os.environ.get(KILL_IN_CHECKPOINT_ENV)
         hook = None
         if kill_at and int(kill_at) == self.step:

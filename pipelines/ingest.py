@@ -19,7 +19,7 @@ Text and JSONL are streamed through ``text_stream.LineReader``: memory per file 
 ``max_document_bytes`` plus one read chunk, whatever the file size.
 
 Ids are stable and location-independent: ``"{name}:{offset}"`` where ``name`` is the file's
-path relative to the deepest folder containing every input (``Sources.root``) and ``offset``
+path from its source folder (``resolve_sources``: e.g. ``raw/a.txt``) and ``offset``
 the byte offset of the document's first byte in the decompressed stream (Parquet:
 ``"{name}:row{N}"``); ``uid`` is a 63-bit blake2b of the id. The same corpus read from another
 mount, bucket or URL therefore keeps the same uids, hence the same dedup survivors (smallest
@@ -45,7 +45,7 @@ a boundary is read exactly once and ids equal those of a whole-file read.
 """
 from __future__ import annotations
 
-import os
+import functools
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any, Iterator, NamedTuple
@@ -80,21 +80,32 @@ class SourceError(FileNotFoundError):
 
 @dataclass(frozen=True)
 class Sources:
-    """The resolved input files, their common root, and their identity for the cache key."""
+    """The resolved input files, their stable names, and their identity for the cache key."""
     files: tuple[str, ...]  # full paths or URIs, sorted
-    root: str  # the deepest folder that contains every file (ids are relative to it)
-    fingerprint: str  # hash of (relative path, size, mtime or ETag) of every file
+    names: tuple[str, ...]  # per file: its path from its source's folder, that folder's name first
+    fingerprint: str  # hash of (name, size, mtime or ETag) of every file
+
+    @functools.cached_property
+    def _by_file(self) -> dict[str, str]:
+        return dict(zip(self.files, self.names))
 
     def name(self, path: str) -> str:
-        """The stable, location-independent name of a file: its path relative to ``root``."""
-        return path[len(self.root):].lstrip("/") if path.startswith(self.root) else path
+        """The stable, location-independent name of a file (the prefix of its documents' ids)."""
+        return self._by_file[path]
 
 
 # ---------------------------------------------------------------------------------------------
 # Sources
 # ---------------------------------------------------------------------------------------------
 def resolve_sources(sources: list[str] | str) -> Sources:
-    """Expand files, directories, globs and URIs into a sorted file list with a common root.
+    """Expand files, directories, globs and URIs into a sorted file list with stable names.
+
+    A file's name is its path from its *source folder*, starting with that folder's own name:
+    the folder itself for a directory source, the part before the first wildcard for a glob,
+    the parent folder for a single file. So ``/data/raw``, ``/data/raw/*.txt`` and
+    ``s3://b/x/raw`` all name ``.../raw/a.txt`` ``raw/a.txt``, and adding files or other sources
+    never renames a file (ids, and with them dedup survivors and the validation split, stay).
+    Two different files with the same name are an error naming both.
 
     Fails with ``SourceError`` naming the source before any work starts. One listing per source
     (``find``/``glob`` with details) gives every file's size and modification stamp for the
@@ -104,35 +115,41 @@ def resolve_sources(sources: list[str] | str) -> Sources:
         sources = [sources]
     if not sources:
         raise SourceError("no sources given")
-    found: dict[str, dict[str, Any]] = {}
+    found: dict[str, tuple[str, dict[str, Any]]] = {}
+    owner: dict[str, str] = {}
     for source in sources:
-        found.update(_resolve_one(str(source)))
+        for uri, (name, info) in _resolve_one(str(source)).items():
+            if owner.setdefault(name, uri) != uri:
+                raise SourceError(f"{source}: {uri} and {owner[name]} would both be named {name!r}; "
+                                  "give their folders different names or one common parent source")
+            found[uri] = (name, info)
     files = sorted(found)
-    root = _common_root(files)
+    names = tuple(found[f][0] for f in files)
     items = []
-    for f in files:
-        info = found[f]
+    for f, name in zip(files, names):
+        info = found[f][1]
         stamp = info.get("ETag") or info.get("etag") or info.get("mtime") or info.get("LastModified") or ""
-        items.append([f[len(root):], info.get("size"), str(stamp)])
-    return Sources(tuple(files), root, digest(items))
+        items.append([name, info.get("size"), str(stamp)])
+    return Sources(tuple(files), names, digest(items))
 
 
-def _resolve_one(source: str) -> dict[str, dict[str, Any]]:
+def _resolve_one(source: str) -> dict[str, tuple[str, dict[str, Any]]]:
     try:
         fs, path = storage.url_to_fs(source)
     except storage.StorageError as exc:
         raise SourceError(str(exc)) from exc
     try:
         if any(ch in path for ch in "*?["):
+            folder = path[:min(path.find(ch) for ch in "*?[" if ch in path)].rsplit("/", 1)[0]
             found = {}
             for match, info in sorted(fs.glob(path, detail=True).items()):
                 if _hidden(PurePosixPath(match).name):
                     continue
                 found.update(_walk(fs, match) if info.get("type") == "directory" else {match: info})
         elif fs.isdir(path):
-            found = _walk(fs, path)
+            folder, found = path.rstrip("/"), _walk(fs, path)
         elif fs.isfile(path):
-            found = {path: fs.info(path)}
+            folder, found = path.rsplit("/", 1)[0], {path: fs.info(path)}
         else:
             raise SourceError(f"{source}: no such file or directory")
     except (FileNotFoundError, PermissionError) as exc:
@@ -141,7 +158,8 @@ def _resolve_one(source: str) -> dict[str, dict[str, Any]]:
         raise SourceError(f"{source}: cannot list ({exc})") from exc
     if not found:
         raise SourceError(f"{source}: matches no files")
-    return {storage.full_uri(fs, p): info for p, info in found.items()}
+    base = folder.rsplit("/", 1)[0] + "/" if "/" in folder else ""
+    return {storage.full_uri(fs, p): (p[len(base):], info) for p, info in found.items()}
 
 
 def _walk(fs, root: str) -> dict[str, dict[str, Any]]:
@@ -156,12 +174,6 @@ def _walk(fs, root: str) -> dict[str, dict[str, Any]]:
 
 def _hidden(name: str) -> bool:
     return name.startswith(".")
-
-
-def _common_root(files: list[str]) -> str:
-    """The longest ``/``-terminated prefix shared by every file (a folder, never a partial name)."""
-    prefix = os.path.commonprefix(files) if files else ""
-    return prefix[:prefix.rfind("/") + 1]
 
 
 # ---------------------------------------------------------------------------------------------

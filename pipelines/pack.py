@@ -152,10 +152,9 @@ def document_lines(text: str) -> list[str]:
 
 
 class ExamplePacker:
-    """Ray Data callable class: a batch of document rows -> a batch of example rows.
-
-    ``ds.map_batches(ExamplePacker, fn_constructor_args=(tokenizer_json, cfg),
-    batch_format="numpy", concurrency=...)``. Input columns ``uid`` and ``text`` (others are
+    """A batch of document rows -> a batch of example rows (the pack stage calls one instance per
+    Ray worker process, built once from the tokenizer on the store: ``stages._pack_batch``).
+    Input columns ``uid`` and ``text`` (others are
     ignored); output (a pyarrow table) ``uid``, ``ordinal`` (the example's index in its
     document), ``split``, ``input_ids`` (list of int32, unpadded) and ``b_start`` (index of the
     first segment-B token, the length when there is none). A document without tokens yields

@@ -28,7 +28,6 @@ import numpy as np
 import pyarrow as pa
 
 from common import storage
-from common.hashing import blake2b64
 
 ROW_GROUP_ROWS = 2048
 _ZSTD_LEVEL = 6

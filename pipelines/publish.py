@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 
 from common import storage
 from pipelines import schema
-from pipelines.runner import fault_point
 from pipelines.stages import DOCUMENT_STAGES, StageResult, rejected_folder
 
 if TYPE_CHECKING:
@@ -54,7 +53,7 @@ def manifest_of(build: CorpusBuild, results: dict[str, StageResult]) -> schema.M
                 for name in DOCUMENT_STAGES for f in results[name].rejected]
     stats: dict[str, Any] = {name: r.stats for name, r in results.items()}
     stats["summary"] = summary(results)
-    stats["sources"] = {"root": build.sources.root, "files": len(build.sources.files),
+    stats["sources"] = {"names": list(build.sources.names[:20]), "files": len(build.sources.files),
                         "fingerprint": build.sources.fingerprint}
     return schema.Manifest(seq_len=build.cfg.pack.seq_len,
                            tokenizer=schema.TokenizerInfo(**results["tokenizer"].product["tokenizer"]),
@@ -70,10 +69,14 @@ def publish(build: CorpusBuild, results: dict[str, StageResult]) -> schema.Manif
         previous = None
         if not isinstance(exc, FileNotFoundError):
             log.warning("replacing an unreadable or older manifest: %s", exc)
-    fault_point("publish")
     manifest.save(build.out)
     collect_garbage(build, keep=[m for m in (manifest, previous) if m is not None])
     return manifest
+
+
+def _stage_of(top: str, name: str) -> str:
+    """The ``.work`` folder of the stage that wrote ``top/name`` (``<stage>-<key>``)."""
+    return {schema.TOKENIZER_DIR: f"tokenizer-{name}", schema.SHARDS_DIR: f"shard-{name}"}.get(top, name)
 
 
 def collect_garbage(build: CorpusBuild, keep: list[schema.Manifest]) -> list[str]:
@@ -85,6 +88,10 @@ def collect_garbage(build: CorpusBuild, keep: list[schema.Manifest]) -> list[str
         for name in storage.listdir(storage.join(build.out, top)):
             rel = f"{top}/{name}"
             if rel not in folders:
+                # The marker of the stage that wrote it goes first: a later build with that key
+                # (kept caches, or a killed build rerun) must write it again, not trust a marker.
+                stage = _stage_of(top, name)
+                storage.remove(storage.join(build.work, stage, "_SUCCESS"))
                 storage.remove(storage.join(build.out, rel), recursive=True)
                 removed.append(rel)
             elif top == schema.REJECTED_DIR:  # parts a killed attempt left beside the listed ones

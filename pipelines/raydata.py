@@ -3,7 +3,10 @@
 * ``init_ray``: local Ray by default; with an address, a cluster. On a cluster the driver ships
   the project's own packages (``common``, ``pipelines``) as ``py_modules`` and the variables
   that locate the object store (``common.storage.STORE_ENV``: endpoint, credentials) as
-  ``env_vars``, so every worker reads and writes the same URIs as the driver. Third-party
+  ``env_vars``, so every worker reads and writes the same URIs as the driver. Ray keeps a job's
+  runtime_env in its GCS and shows it in the dashboard: on a shared cluster give the nodes their
+  own credentials (an instance profile, workload identity) and leave the keys out of the driver's
+  environment; the endpoint and region still travel. Third-party
   packages must already be on the workers (the image in ``infra/Dockerfile``), or be installed
   per job from ``infra/worker-requirements.txt`` (``worker_pip``; needs ``virtualenv`` on the
   nodes, which ``ray[default]`` brings). Ray Client addresses (``ray://``) cannot run Ray Data
@@ -119,7 +122,10 @@ def group_apply(ds, fn: Callable[[dict], dict], *, key: str, num_partitions: int
     """Apply ``fn`` to whole hash partitions of ``ds`` by the int64 column ``key``.
 
     Every row with a given key value reaches the same ``fn`` call; ``fn`` gets a numpy batch
-    (``_part`` column removed) and returns a numpy batch.
+    (``_part`` column removed) and returns a numpy batch. ``num_partitions`` is the number of
+    distinct ``_part`` values, i.e. of ``fn`` calls; under the sort shuffle that
+    ``configure_data_context`` selects, Ray sizes the shuffle's reduce tasks itself and ignores
+    ``groupby``'s own ``num_partitions`` (it is passed for the hash shuffle).
     """
     def run(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         return fn({k: v for k, v in batch.items() if k != PART})

@@ -2,7 +2,8 @@
 
 ``CorpusBuild(sources, out, cfg)`` resolves the sources and checks the output location before any
 work (a missing bucket or path is an error naming it), then computes every stage's cache key up
-front: keys depend on config and inputs, never on outputs (``pipelines.stages``).
+front: keys depend on config, inputs, the code version and the versions of the libraries that
+shape the output, never on outputs (``pipelines.stages``).
 
 Completion markers. Stage ``s`` with key ``k`` keeps its private files in ``.work/s-k/`` of the
 output location; ``.work/s-k/_SUCCESS`` is written last and records the stage's statistics and
@@ -18,53 +19,45 @@ output's footprint is then the product (tokenizer, shards, compressed quarantine
 at ``pack``; without it such a rerun starts at ingest. A rerun of a finished build with the same
 config and sources is a no-op (the manifest's ``build_key`` matches).
 
-Publish (``pipelines.publish``): the manifest is assembled from the markers and written last.
+Pruning writes the marker's ``pruned`` flag before it deletes anything, so a kill in between
+leaves garbage, never a marker that promises data that is gone; ``publish`` sweeps what such a
+kill left behind.
 
-Fault injection for tests: ``ELECTRA_TEST_KILL_AT=<stage>`` SIGKILLs this process after the
-stage wrote its outputs and before its marker; ``=publish`` after the product is in place and
-before the manifest.
+Publish (``pipelines.publish``): the manifest is assembled from the markers and written last.
 """
 from __future__ import annotations
 
 import dataclasses
 import logging
-import os
-import signal
 import time
-from typing import Any, Callable
+from typing import Any
 
 from common import storage
 from common.hashing import digest
 from pipelines import schema
 from pipelines.config import CorpusConfig
 from pipelines.ingest import Sources, resolve_sources
-from pipelines.stages import CODE_VERSION, STAGES, Stage, StageResult, StageRun, tokenizer_fingerprint
+from pipelines.stages import CODE_VERSION, LIBRARIES, STAGES, Stage, StageResult, StageRun, tokenizer_fingerprint
 
 log = logging.getLogger("pipelines.runner")
 SUCCESS = "_SUCCESS"
-KILL_AT_ENV = "ELECTRA_TEST_KILL_AT"
-
-
-def fault_point(name: str) -> None:
-    if os.environ.get(KILL_AT_ENV) == name:
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 class CorpusBuild:
     """One build of a corpus at ``out`` (a path or URI) from ``sources`` with ``cfg``."""
 
-    def __init__(self, sources: list[str] | Sources, out: str, cfg: CorpusConfig, *, keep_cache: bool = False,
-                 stages: tuple[Stage, ...] = STAGES):
+    def __init__(self, sources: list[str] | Sources, out: str, cfg: CorpusConfig, *, keep_cache: bool = False):
         self.sources = sources if isinstance(sources, Sources) else resolve_sources(sources)
         self.out = str(out)
         storage.check_output(self.out)
-        self.cfg, self.keep_cache, self.stages = cfg, keep_cache, {s.name: s for s in stages}
-        self.order = [s.name for s in stages]
+        self.cfg, self.keep_cache, self.stages = cfg, keep_cache, {s.name: s for s in STAGES}
+        self.order = [s.name for s in STAGES]
         self.keys: dict[str, str] = {}
-        for s in stages:
+        for s in STAGES:
             extra = self.sources.fingerprint if s.name == "ingest" else (
                 tokenizer_fingerprint(cfg) if s.name == "tokenizer" else "")
-            self.keys[s.name] = digest({"code": CODE_VERSION, "stage": s.name, "config": cfg.sections(s.sections),
+            self.keys[s.name] = digest({"code": CODE_VERSION, "libraries": LIBRARIES, "stage": s.name,
+                                        "config": cfg.sections(s.sections),
                                         "inputs": [self.keys[i] for i in s.inputs], "extra": extra})
         self.build_key = digest({"stages": self.keys, "config": cfg.to_dict()})
         self._results: dict[str, StageResult | None] = {}
@@ -143,7 +136,6 @@ class CorpusBuild:
         start = time.perf_counter()
         record = stage.run(run)
         seconds = time.perf_counter() - start
-        fault_point(name)
         result = StageResult(name=name, key=key, stats=with_rates(record.get("stats", {}), seconds),
                              files=record.get("files", []), rejected=record.get("rejected", []),
                              product=record.get("product", {}))
@@ -158,15 +150,18 @@ class CorpusBuild:
             return
         for i in stage.inputs:
             r = self.result(i)
-            if r is None or r.pruned or not self.stages[i].cached_data:
+            if r is None or not self.stages[i].cached_data:
                 continue
             if all(self.result(c) is not None for c in self.consumers(i)):
+                if not r.pruned:  # the flag first: a kill now leaves garbage, not a false promise
+                    self._save(dataclasses.replace(r, pruned=True))
                 storage.remove(storage.join(self.cache(i), "data"), recursive=True)
-                self._save(dataclasses.replace(r, pruned=True))
 
     def publish(self) -> schema.Manifest:
         from pipelines.publish import publish
 
+        for name in self.order:  # what a kill between a marker and its pruning left behind
+            self._prune_consumed(self.stages[name])
         done = self.published()
         if done is not None:
             return done
@@ -178,10 +173,10 @@ class CorpusBuild:
             results[name] = r
         return publish(self, results)
 
-    def run(self, *, each: Callable[[str], Any] | None = None) -> schema.Manifest:
-        """The whole build without an orchestrator (``each`` wraps a stage call, e.g. a task)."""
+    def run(self) -> schema.Manifest:
+        """The whole build without an orchestrator."""
         for name in self.plan():
-            (each or self.run_stage)(name)
+            self.run_stage(name)
         return self.publish()
 
 

@@ -173,17 +173,23 @@ def chunk_bounds(lengths: np.ndarray, chunk_tokens: int) -> list[tuple[int, int]
     return bounds
 
 
-def encode_shard(examples: Examples, *, vocab_size: int, chunk_tokens: int = CHUNK_TOKENS) -> bytes:
-    """The shard's tar bytes: examples sorted by key, cut into chunks (module docstring)."""
-    examples.check("encode_shard")
+def encode_shard(examples: Examples, *, vocab_size: int, chunk_tokens: int = CHUNK_TOKENS,
+                 where: str = "encode_shard") -> bytes:
+    """The shard's tar bytes: examples sorted by key, cut into chunks (module docstring).
+    ``where`` (the shard's name) prefixes every error, with the offending example's key."""
+    examples.check(where)
     order = np.lexsort((examples.ordinal, examples.uid))
     ex = examples.take(order)
     keys = np.stack([ex.uid, ex.ordinal.astype(np.uint64)], axis=1) if len(ex) else np.zeros((0, 2), np.uint64)
-    if len(np.unique(keys, axis=0)) != len(keys):
-        raise ValueError("encode_shard: duplicate example key (uid, ordinal)")
+    same = np.flatnonzero((keys[1:] == keys[:-1]).all(axis=1)) if len(keys) > 1 else []
+    if len(same):
+        raise ValueError(f"{where}: duplicate example key {ex.key(int(same[0]))}")
+    bad = np.flatnonzero((ex.tokens < 0) | (ex.tokens >= vocab_size))
+    if len(bad):
+        i = int(np.searchsorted(ex.offsets, bad[0], side="right") - 1)
+        raise ValueError(f"{where}: example {ex.key(i)} has token id {int(ex.tokens[bad[0]])} outside the "
+                         f"vocabulary of {vocab_size}")
     dtype = token_dtype(vocab_size)
-    if len(ex.tokens) and (ex.tokens.min() < 0 or ex.tokens.max() >= vocab_size):
-        raise ValueError(f"encode_shard: token id outside the vocabulary of {vocab_size}")
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tar:
         for c, (lo, hi) in enumerate(chunk_bounds(ex.lengths, chunk_tokens)):

@@ -76,8 +76,8 @@ def _write_group(batch: dict[str, np.ndarray], *, folder: str, generation: str, 
     group = int(batch["group"][0])
     split, index = schema.SPLITS[group >> 32], group & 0xFFFFFFFF
     examples = rows_to_examples(batch)
-    data = schema.encode_shard(examples, vocab_size=vocab_size, chunk_tokens=chunk_tokens)
     rel = schema.shard_name(generation, split, index)
+    data = schema.encode_shard(examples, vocab_size=vocab_size, chunk_tokens=chunk_tokens, where=rel)
     storage.write_bytes(storage.join(folder, rel), data)
     return {"path": np.array([rel], dtype=object), "split": np.array([split], dtype=object),
             "num_examples": np.array([len(examples)]), "num_tokens": np.array([examples.num_tokens]),

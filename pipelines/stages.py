@@ -39,6 +39,17 @@ from pipelines.config import CorpusConfig
 from pipelines.ingest import Sources
 
 CODE_VERSION = "3"  # bump when a stage's output format or algorithm changes
+
+
+def _versions() -> dict[str, str]:
+    from importlib.metadata import version
+
+    return {lib: version(lib) for lib in ("tokenizers", "pyarrow", "numpy", "numba")}
+
+
+# Libraries whose upgrade can change a stage's bytes (a retrained tokenizer, a re-encoded part):
+# they are in every key, so an upgrade never rewrites a key-named folder with other content.
+LIBRARIES = _versions()
 # Documents per call of the packer: its Python lists of token ids stay small (measured on the
 # books: 9% less CPU than whole blocks of up to 11k documents); one tokenizer call per batch.
 PACK_BATCH_DOCS = 256

@@ -61,7 +61,7 @@ def s3_server(tmp_path_factory):
     import time
     import urllib.request
 
-    pytest.importorskip("moto")
+    import moto  # noqa: F401  (a test dependency: without it the storage tests must fail, not skip)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from common.hashing import (HashingReader, blake2b64, digest, fmix64, hash64, sha256_bytes, sha256_uri,
+from common.hashing import (HashingReader, digest, fmix64, hash64, sha256_bytes,
                             stable_uid, unit_float)
 
 MASK64 = (1 << 64) - 1
@@ -47,12 +47,6 @@ def test_hashing_reader_hashes_everything_read_including_the_drained_rest():
     assert reader.read() == b"" and reader.hexdigest() == hashlib.sha256(data).hexdigest()
     whole = HashingReader(io.BytesIO(data))
     assert whole.read() == data and whole.hexdigest() == reader.hexdigest()
-
-
-def test_sha256_uri_streams_a_file(tmp_path):
-    path = tmp_path / "f.bin"
-    path.write_bytes(os.urandom(100_000))
-    assert sha256_uri(str(path), chunk=4096) == hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def test_stable_uid_is_blake2b_cut_to_63_bits():
@@ -101,12 +95,7 @@ def test_unit_float_is_uniform_in_the_unit_interval():
     assert abs(np.mean(u < 0.1) - 0.1) < 0.005
 
 
-def test_blake2b64_and_digest():
-    values = ["a", 17, "ünï"]
-    ref = [int.from_bytes(hashlib.blake2b(str(v).encode(), digest_size=8).digest(), "little") for v in values]
-    got = blake2b64(values)
-    assert got.dtype == np.uint64 and got.tolist() == ref
-    assert blake2b64(iter(values)).tolist() == ref and blake2b64([]).shape == (0,)
+def test_digest():
     assert digest({"b": 1, "a": [1, 2]}) == digest({"a": [1, 2], "b": 1})  # key order does not matter
     assert digest({"a": 1}) != digest({"a": 2}) and len(digest("x")) == 16 and len(digest("x", 40)) == 40
     assert digest("x") == hashlib.sha256(b'"x"').hexdigest()[:16]

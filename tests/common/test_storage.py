@@ -69,7 +69,7 @@ def test_write_read_list_and_remove(root):
     assert storage.find(root) == ["a.bin", "sub/b.txt", "sub/deeper/c.json"]
     assert storage.listdir(root) == ["a.bin", "sub"]
     assert storage.listdir(storage.join(root, "sub")) == ["b.txt", "deeper"]
-    assert storage.exists(storage.join(root, "a.bin")) and storage.isfile(storage.join(root, "a.bin"))
+    assert storage.exists(storage.join(root, "a.bin"))
     assert storage.size(storage.join(root, "a.bin")) == 5 and storage.size(storage.join(root, "nope")) is None
     assert storage.info(storage.join(root, "a.bin"))["size"] == 5 and storage.info(storage.join(root, "nope")) is None
     assert storage.du(root) == 5 + len("béta".encode()) + len(storage.read_bytes(storage.join(root, "sub/deeper/c.json")))
@@ -88,14 +88,12 @@ def test_write_read_list_and_remove(root):
 
 def test_missing_files_are_named(root):
     missing = storage.join(root, "no", "such.bin")
-    for call in (storage.read_bytes, storage.read_text, storage.check_input):
+    for call in (storage.read_bytes, storage.read_text):
         with pytest.raises(StorageError, match=f"^{missing}: no such file"):
             call(missing)
     with pytest.raises(StorageError, match=f"^{missing}: no such file"):
         with storage.open_input(missing):
             pass
-    with pytest.raises(StorageError, match=f"^{missing}: no such file"):
-        storage.get_file(missing, "/dev/null")
     assert not storage.exists(missing)
 
 
@@ -104,16 +102,6 @@ def test_invalid_json_names_file_and_line(root):
     storage.write_text(uri, '{\n  "a": 1,\n  oops\n}\n')
     with pytest.raises(StorageError, match=f"^{uri}:3: invalid JSON"):
         storage.read_json(uri)
-
-
-def test_put_and_get_file(root, tmp_path):
-    src = tmp_path / "big.bin"
-    src.write_bytes(os.urandom(3 << 20))
-    storage.put_file(str(src), storage.join(root, "ckpt", "big.bin"))
-    assert storage.size(storage.join(root, "ckpt", "big.bin")) == 3 << 20
-    storage.get_file(storage.join(root, "ckpt", "big.bin"), str(tmp_path / "back.bin"))
-    assert (tmp_path / "back.bin").read_bytes() == src.read_bytes()
-    assert storage.find(storage.join(root, "ckpt")) == ["big.bin"]  # no temporary file left
 
 
 # ------------------------------------------------------------------------------ S3 specifics
@@ -142,8 +130,7 @@ def test_check_output_names_a_missing_bucket(s3_server, tmp_path):
 
 
 def test_https_is_read_only(tmp_path):
-    for call in (lambda u: storage.write_bytes(u, b"x"), storage.check_output,
-                 lambda u: storage.put_file(str(tmp_path / "f"), u)):
+    for call in (lambda u: storage.write_bytes(u, b"x"), storage.check_output):
         with pytest.raises(StorageError, match=r"https://example\.org/out/x: https:// is read-only"):
             call("https://example.org/out/x")
 

@@ -329,3 +329,59 @@ def test_http_corpus_streams_the_local_batches_and_names_a_missing_shard(corpus,
     storage.remove(uri(folder, "train", 3))
     with pytest.raises(sd.CorruptShardError, match=f"{url}shards/g0/train-000003.tar: missing"):
         sd.check_shards(remote, "train")
+
+
+def test_a_failing_read_is_retried_then_named(corpus, monkeypatch):
+    """A connection reset mid-shard is retried from the start; if it keeps failing, the error
+    names the shard (it used to surface as a bare ConnectionResetError from a loader worker)."""
+    shard = sd.check_shards(corpus, "train")[0][0]
+    want = sd.read_shard(shard).keys()
+    real_open = storage.open_input
+    failures = {"left": 1}
+
+    class Flaky:
+        def __init__(self, raw):
+            self.raw = raw
+
+        def read(self, n=-1):
+            if failures["left"] > 0:
+                failures["left"] -= 1
+                raise ConnectionResetError("Connection reset by peer")
+            return self.raw.read(n)
+
+    def flaky_open(uri, block_size=None):
+        import contextlib
+
+        @contextlib.contextmanager
+        def opened():
+            with real_open(uri, block_size=block_size) as raw:
+                yield Flaky(raw)
+        return opened()
+
+    monkeypatch.setattr(corpus_mod.storage, "open_input", flaky_open)
+    monkeypatch.setattr(corpus_mod, "RETRY_PAUSE_S", 0.0)
+    assert sd.read_shard(shard).keys() == want  # one failure, one retry
+    failures["left"] = 10
+    with pytest.raises(corpus_mod.ShardReadError, match=rf"^{shard.uri}: read failed 3 times .*Connection reset"):
+        sd.read_shard(shard)
+
+
+def test_resume_refuses_a_republished_corpus(corpus, tmp_path):
+    """The checkpoint records what the stream is a function of; other shards are an error (or,
+    when allowed, a warning), while a manifest that changed only in its statistics is fine."""
+    saved = corpus.data_sha256
+    same = sd.open_corpus(corpus.root, seq_len=SEQ, data_sha256=saved)
+    assert same.data_sha256 == saved
+    other = write_tiny_corpus(tmp_path / "other", seq_len=SEQ, train_shards=(4, 4), validation_shards=(2,))
+    with pytest.raises(sd.CorpusMismatchError, match="shards differ from the checkpoint's"):
+        sd.open_corpus(other, seq_len=SEQ, data_sha256=saved)
+    assert sd.open_corpus(other, seq_len=SEQ, data_sha256=saved, allow_change=True).data_sha256 != saved
+    # Statistics only: same shards, another manifest text.
+    stats_only = tmp_path / "stats_only"
+    for rel in storage.find(str(corpus.root)):
+        storage.write_bytes(str(stats_only / rel), storage.read_bytes(storage.join(str(corpus.root), rel)))
+    m = schema.Manifest.load(str(stats_only))
+    m.stats["note"] = "rebuilt"
+    m.save(str(stats_only))
+    reopened = sd.open_corpus(str(stats_only), seq_len=SEQ, data_sha256=saved, manifest_sha256=corpus.manifest_sha256)
+    assert reopened.manifest_sha256 != corpus.manifest_sha256 and reopened.data_sha256 == saved

@@ -24,7 +24,6 @@ from pipelines import schema, synthetic
 from pipelines.config import FilterConfig
 from pipelines.filters import normalize_text
 from pipelines.ingest import SourceError
-from pipelines.runner import KILL_AT_ENV
 from tests._procs import run_in_group
 
 NUM_DOCS = 300
@@ -173,7 +172,8 @@ def test_cli_killed_mid_build_then_rerun_gives_byte_identical_shards(corpus, tmp
     cmd = [sys.executable, "-m", "flows.build_corpus", "--source", str(raw), "--out", str(out),
            "--seq-len", "64", "--validation-fraction", "0.1", "--seed", "7", "--config", str(tmp_path / "cfg.json")]
     env = {**os.environ, "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120"}
-    killed = run_in_group(cmd, cwd=str(ROOT), env={**env, KILL_AT_ENV: "exact_dedup"})
+    kill = [sys.executable, "-m", "tests._faults", "exact_dedup", *cmd[2:]]  # same CLI, killed at a point
+    killed = run_in_group(kill, cwd=str(ROOT), env={**env, "PYTHONPATH": str(ROOT)})
     assert killed.returncode == -9, killed.output[-3000:]
     assert not (out / schema.MANIFEST_NAME).exists()
     done = run_in_group(cmd, cwd=str(ROOT), env=env)

@@ -18,7 +18,7 @@ import pytest
 from common import storage
 from pipelines import schema, synthetic
 from pipelines.config import CorpusConfig
-from pipelines.runner import KILL_AT_ENV, CorpusBuild
+from pipelines.runner import CorpusBuild
 from tests._procs import run_in_group
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,9 +32,9 @@ def driver_env(tmp: Path, **extra: str) -> dict[str, str]:
             "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120", **extra}
 
 
-def cli(source: str, out: str, address: str, cfg_uri: str) -> list[str]:
-    return [sys.executable, "-m", "flows.build_corpus", "--source", source, "--out", out,
-            "--config", cfg_uri, "--ray-address", address]
+def cli(source: str, out: str, address: str, cfg_uri: str, *, kill_at: str | None = None) -> list[str]:
+    entry = ["-m", "tests._faults", kill_at, "flows.build_corpus"] if kill_at else ["-m", "flows.build_corpus"]
+    return [sys.executable, *entry, "--source", source, "--out", out, "--config", cfg_uri, "--ray-address", address]
 
 
 def shard_bytes(corpus: str) -> tuple[list[bytes], bytes]:
@@ -81,7 +81,7 @@ def test_s3_build_is_byte_identical_to_a_local_build(setting, s3_build):
     assert remote[1] == local[1], "tokenizer.json differs"
     assert len(remote[0]) == len(local[0]) and remote[0] == local[0]
     m = schema.Manifest.load(out)
-    assert m.stats["sources"]["root"] == f"{setting['bucket']}/raw/"
+    assert m.stats["sources"]["names"] == schema.Manifest.load(setting["local"]).stats["sources"]["names"]
     # Same documents, ids relative to the sources' root: the same survivors as the local build.
     assert m.stats["summary"] == schema.Manifest.load(setting["local"]).stats["summary"]
 
@@ -99,7 +99,8 @@ def test_killed_cluster_build_reruns_to_the_same_shards(setting, s3_build):
     tmp, bucket = setting["tmp"], setting["bucket"]
     killed = f"{bucket}/corpora/killed"
     cmd = cli(f"{bucket}/raw", killed, setting["address"], f"{bucket}/corpus.json")
-    first = run_in_group(cmd, cwd=str(tmp), env=driver_env(tmp, **{KILL_AT_ENV: "pack"}))
+    first = run_in_group(cli(f"{bucket}/raw", killed, setting["address"], f"{bucket}/corpus.json", kill_at="pack"),
+                         cwd=str(tmp), env=driver_env(tmp))
     assert first.returncode == -9, first.output[-3000:]
     assert not storage.exists(f"{killed}/{schema.MANIFEST_NAME}")
     again = run_in_group(cmd, cwd=str(tmp), env=driver_env(tmp))

@@ -309,8 +309,9 @@ def test_ingest_dataset_mix_of_good_and_bad_files(tmp_path, ray_local):
     good = [r for r in out if r["reason"] == ""]
     ids = [r["id"] for r in out]
     assert len(ids) == len(set(ids))  # nothing read twice
-    assert {r["id"].rsplit(":", 1)[0] for r in out} == {Path(f).name for f in paths.files}  # relative names
-    from_good_files = [r["text"] for r in good if not r["id"].startswith("bad-")]
+    folder = tmp_path.name  # names start with the source folder's own name
+    assert {r["id"].rsplit(":", 1)[0] for r in out} == {f"{folder}/{Path(f).name}" for f in paths.files}
+    from_good_files = [r["text"] for r in good if not r["id"].startswith(f"{folder}/bad-")]
     assert Counter(from_good_files) == Counter(docs)  # every good document exactly once
     assert {"fine doc", "short neighbour"} <= {r["text"] for r in good}
     reasons = Counter(r["reason"] for r in out if r["reason"])

@@ -1,7 +1,7 @@
 """The stage runner: planning, completion markers, pruning, kills at chosen points, publish and GC.
 
 Builds run on a small generated corpus with real Ray Data. Kills are injected at a chosen point
-(``ELECTRA_TEST_KILL_AT``) in a subprocess, never raced against a clock.
+(``tests._faults``) in a subprocess, never raced against a clock.
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from common.config import ConfigError
 from common.hashing import HashingReader
 from pipelines import schema, synthetic
 from pipelines.config import CorpusConfig
-from pipelines.runner import KILL_AT_ENV, CorpusBuild
+from pipelines.runner import CorpusBuild
 from pipelines.stages import STAGES
 from tests._procs import run_in_group
 
@@ -30,6 +30,8 @@ CFG = {"tokenizer": {"vocab_size": 700, "min_frequency": 1}, "shard": {"min_shar
        "pack": {"seq_len": 64, "validation_fraction": 0.1, "seed": 7}}
 SCRIPT = """
 import json, sys
+from tests._faults import install
+install(sys.argv[4])
 from pipelines import raydata
 from pipelines.config import CorpusConfig
 from pipelines.runner import CorpusBuild
@@ -51,8 +53,9 @@ def build(raw, out, cfg=CFG, **kw) -> CorpusBuild:
 
 
 def killed_build(raw, out, cfg, point: str):
-    env = {**os.environ, "PYTHONPATH": str(REPO), KILL_AT_ENV: point}
-    return run_in_group([sys.executable, "-c", SCRIPT, str(raw), str(out), json.dumps(cfg)], cwd=str(REPO), env=env)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return run_in_group([sys.executable, "-c", SCRIPT, str(raw), str(out), json.dumps(cfg), point], cwd=str(REPO),
+                        env=env)
 
 
 def verified_shards(corpus: Path, manifest: schema.Manifest) -> int:
@@ -187,3 +190,30 @@ def test_bad_config_and_locations_fail_before_any_work(raw, tmp_path, s3_server)
     with pytest.raises(storage.StorageError, match="read-only"):
         build(raw, "https://example.invalid/corpus")
     assert not list(tmp_path.iterdir())
+
+
+def test_kept_caches_never_outlive_the_outputs_they_describe(raw, tmp_path, ray_local):
+    """With --keep-cache, builds A, B, C then A again: A's shards were garbage-collected after C,
+    so A's markers went with them and A is rebuilt, never published with missing shards."""
+    out = tmp_path / "c"
+    configs = [with_(CFG, shard__min_shards_per_split=n) for n in (3, 2, 4)]
+    first = build(raw, out, configs[0], keep_cache=True).run()
+    for cfg in configs[1:]:
+        build(raw, out, cfg, keep_cache=True).run()
+    again = build(raw, out, configs[0], keep_cache=True)
+    assert again.plan() == ["shard"]  # its shards are gone, its inputs' data kept
+    manifest = again.run()
+    assert [(s.path, s.sha256) for s in manifest.shards] == [(s.path, s.sha256) for s in first.shards]
+    verified_shards(out, manifest)
+
+
+def test_publish_sweeps_data_a_kill_left_behind(raw, clean, tmp_path):
+    """A kill between a stage's marker and the pruning of its inputs leaves their data; the next
+    run (even a no-op) deletes it, and the marker says it is gone."""
+    out, manifest = clean
+    b = build(raw, out)
+    leftover = out / schema.WORK_DIR / f"filter-{b.keys['filter']}" / "data" / "part-stale.parquet"
+    leftover.parent.mkdir(parents=True)
+    leftover.write_bytes(b"x")
+    assert b.run() == manifest
+    assert not leftover.parent.exists() and b.result("filter").pruned

@@ -133,10 +133,12 @@ def test_bytes_per_token_of_realistic_examples():
 
 def test_encode_rejects_bad_examples():
     ex = make_examples(5, seed=7)
-    with pytest.raises(ValueError, match="outside the vocabulary"):
-        schema.encode_shard(ex, vocab_size=10)
+    first = ex.take(np.lexsort((ex.ordinal, ex.uid)))
+    bad = next(i for i in range(len(first)) if (first.ids(i) >= 10).any())  # errors name the example
+    with pytest.raises(ValueError, match=rf"^shards/g/train-000003.tar: example {first.key(bad)} has token id"):
+        schema.encode_shard(ex, vocab_size=10, where="shards/g/train-000003.tar")
     dup = ex.take(np.array([0, 1, 1]))
-    with pytest.raises(ValueError, match="duplicate example key"):
+    with pytest.raises(ValueError, match=rf"duplicate example key {ex.key(1)}"):
         schema.encode_shard(dup, vocab_size=30522)
     short = schema.Examples(np.array([2, 3, 2]), [2, 1], [2, 1], [1, 2], [0, 0])
     with pytest.raises(ValueError, match="shorter than"):

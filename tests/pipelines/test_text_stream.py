@@ -67,23 +67,25 @@ def test_byte_range_details_say_where_line_numbers_start(tmp_path):
 
 
 def test_plan_reads_splits_only_large_uncompressed_text(tmp_path):
-    (tmp_path / "big.txt").write_bytes(b"x\n" * 500)
-    (tmp_path / "big.jsonl").write_bytes(b'{"text": "x"}\n' * 100)
-    (tmp_path / "big.txt.gz").write_bytes(gzip.compress(b"x\n" * 5000, 0))
-    (tmp_path / "small.txt").write_bytes(b"x\n")
-    sources = resolve_sources([str(tmp_path)])
-    paths = [str(tmp_path / n) for n in ("big.jsonl", "big.txt", "big.txt.gz", "small.txt")]
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "big.txt").write_bytes(b"x\n" * 500)
+    (src / "big.jsonl").write_bytes(b'{"text": "x"}\n' * 100)
+    (src / "big.txt.gz").write_bytes(gzip.compress(b"x\n" * 5000, 0))
+    (src / "small.txt").write_bytes(b"x\n")
+    sources = resolve_sources([str(src)])
+    paths = [str(src / n) for n in ("big.jsonl", "big.txt", "big.txt.gz", "small.txt")]
     assert list(sources.files) == paths
     tasks = plan_reads(sources, CFG, split_bytes=400)
     assert [t for t in tasks if t.path == paths[1]] == [
-        ReadTask(paths[1], "big.txt", 0, 400), ReadTask(paths[1], "big.txt", 400, 800),
-        ReadTask(paths[1], "big.txt", 800, -1)]
+        ReadTask(paths[1], "src/big.txt", 0, 400), ReadTask(paths[1], "src/big.txt", 400, 800),
+        ReadTask(paths[1], "src/big.txt", 800, -1)]
     assert len([t for t in tasks if t.path == paths[0]]) == 4  # 1400 bytes
-    assert [t for t in tasks if t.path in paths[2:]] == [ReadTask(paths[2], "big.txt.gz"),
-                                                        ReadTask(paths[3], "small.txt")]
+    assert [t for t in tasks if t.path in paths[2:]] == [ReadTask(paths[2], "src/big.txt.gz"),
+                                                        ReadTask(paths[3], "src/small.txt")]
     whole_files = plan_reads(sources, dataclasses.replace(CFG, text_mode="file"), split_bytes=400)
-    assert [t for t in whole_files if t.path == paths[1]] == [ReadTask(paths[1], "big.txt")]
-    assert plan_reads(sources, CFG, split_bytes=None) == [ReadTask(p, p.rsplit("/", 1)[1]) for p in paths]
+    assert [t for t in whole_files if t.path == paths[1]] == [ReadTask(paths[1], "src/big.txt")]
+    assert plan_reads(sources, CFG, split_bytes=None) == [ReadTask(p, "src/" + p.rsplit("/", 1)[1]) for p in paths]
 
 
 # ---------------------------------------------------------------------------------------------
