@@ -2,21 +2,25 @@
 
 1. tokenize+pack (``pipelines.pack.ExamplePacker``) vs raw ``tokenizers`` ``encode_batch`` on the
    same text (goal >= 0.8x);
-2. MinHash signatures (``pipelines.minhash``) vs a ``datasketch`` ``update_batch`` loop, one core
+2. filter blocks (``corpus_filters``) vs datatrove's Gopher/C4/FineWeb filters on the same mix
+   of prose and web junk, one core (goal >= 1x), with the mix's keep/drop rates;
+3. MinHash signatures (``pipelines.minhash``) vs a ``datasketch`` ``update_batch`` loop, one core
    (goals >= 5x and >= 0.8 MB/s per core);
-3. the whole pipeline (ingest → filter → exact + near dedup → tokenizer → pack → shard; the
+4. the whole pipeline (ingest → filter → exact + near dedup → tokenizer → pack → shard; the
    tokenizer is trained once beforehand so both runs pack with the same one) on Ray Data with 1
    vs 2 CPUs (goal >= 1.7x), each run confined to that many cores (``corpus_pipeline``), on the
    real books of ``../shared/data/corpus`` when present (else a generated corpus of
    ``--pipeline-mb``). Throughput is MB of decoded text per second. The same runs give the
    output's footprint without shards against the input text (goal <= 0.5x), the shards' bytes
-   per token beside what format_version 1 cost for the same examples (goal <= 4), and the
-   driver's peak memory.
+   per token beside what format_version 1 cost for the same examples (goal <= 4), the
+   driver's peak memory, and the example fill per split (non-pad share of the positions; goal
+   >= 0.95 with the ``books`` profile, the default for a folder of books, ``--profile``).
 
 The loader figure (samples/s streamed from a loopback S3 server vs the small preset's
 consumption) is ``benchmarks/train.py --s3``.
 
-    python benchmarks/corpus.py [--mb 8] [--corpus DIR] [--pipeline-mb 100] [--skip pack,minhash,pipeline]
+    python benchmarks/corpus.py [--mb 8] [--corpus DIR] [--pipeline-mb 100] [--profile books]
+                               [--skip pack,minhash,filters,pipeline]
 """
 from __future__ import annotations
 
@@ -29,7 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks import corpus_minhash, corpus_pack, corpus_pipeline  # noqa: E402
+from benchmarks import corpus_filters, corpus_minhash, corpus_pack, corpus_pipeline  # noqa: E402
 from pipelines import synthetic  # noqa: E402
 
 BOOKS = Path(__file__).resolve().parents[2] / "shared" / "data" / "corpus"
@@ -46,7 +50,10 @@ def main() -> int:
                    help="MB of text (before the planted duplicates) in the corpus of the 1-vs-2 CPU run")
     p.add_argument("--corpus", default=str(BOOKS) if BOOKS.is_dir() else None,
                    help="folder of raw text for the 1-vs-2 CPU run (default: the shared books when present)")
-    p.add_argument("--skip", default="", help="comma list of parts to skip: pack,minhash,pipeline")
+    p.add_argument("--profile", default=None, choices=("web", "books", "bert-format"),
+                   help="input profile of the 1-vs-2 CPU run (default: books for --corpus, web for the "
+                        "synthetic corpus)")
+    p.add_argument("--skip", default="", help="comma list of parts to skip: pack,minhash,filters,pipeline")
     args = p.parse_args()
     skip = set(filter(None, args.skip.split(",")))
     results = {}
@@ -68,21 +75,28 @@ def main() -> int:
             r = results["minhash"]
             print(f"minhash {r['minhash_mb_s']:.2f} MB/s vs datasketch {r['datasketch_mb_s']:.2f} MB/s"
                   f" -> {r['ratio']:.2f}x (goals >= 5x, >= 0.8 MB/s/core)", flush=True)
+        if "filters" not in skip:
+            from pipelines import web_junk
+
+            results["filters"] = corpus_filters.run(web_junk.mix(400, 50, seed=0))
+            corpus_filters.report(results["filters"])
         if "pipeline" not in skip:
             if args.corpus:
                 raw = Path(args.corpus)
                 sample = [p.read_text(errors="replace") for p in sorted(raw.rglob("*.txt"))[:12]]
                 train_tokenizer(sample, TokenizerConfig(vocab_size=30522), tmp / "tok_books")
                 pipe_tok = str(tmp / "tok_books" / "tokenizer.json")
+                profile = args.profile or "books"
             else:
                 n_docs = int(len(texts) * args.pipeline_mb / args.mb)
                 raw = synthetic.write_corpus(tmp / "raw", num_docs=n_docs, seed=5, num_files=16, bad_files=False)
                 pipe_tok = tok_json
+                profile = args.profile or "web"
             disk_mb = sum(f.stat().st_size for f in raw.rglob("*") if f.is_file()) / 1e6
-            one = corpus_pipeline.measure(str(raw), pipe_tok, 1, str(tmp / "out1"))
-            two = corpus_pipeline.measure(str(raw), pipe_tok, 2, str(tmp / "out2"))
+            one = corpus_pipeline.measure(str(raw), pipe_tok, 1, str(tmp / "out1"), profile)
+            two = corpus_pipeline.measure(str(raw), pipe_tok, 2, str(tmp / "out2"), profile)
             mb = one["text_bytes"] / 1e6
-            results["pipeline"] = {"corpus": str(raw), "raw_mb_on_disk": round(disk_mb, 2), "text_mb": round(mb, 2),
+            results["pipeline"] = {"corpus": str(raw), "profile": profile, "raw_mb_on_disk": round(disk_mb, 2), "text_mb": round(mb, 2),
                                    "seconds_1cpu": round(one["seconds"], 2), "seconds_2cpu": round(two["seconds"], 2),
                                    "mb_s_1cpu": round(mb / one["seconds"], 3), "mb_s_2cpu": round(mb / two["seconds"], 3),
                                    "speedup": round(one["seconds"] / two["seconds"], 2),
@@ -95,6 +109,10 @@ def main() -> int:
                   f"shards {two['bytes_per_token']:.2f} bytes/token vs {two['v1_bytes_per_token']:.2f} in "
                   f"format 1 (goal <= 4); driver peak RSS {one['driver_peak_rss_mb']:.0f} MB (1 CPU), "
                   f"{two['driver_peak_rss_mb']:.0f} MB (2 CPUs)", flush=True)
+            fill = ", ".join(f"{k} {v:.3f}" for k, v in two["fill"].items())
+            print(f"example fill ({profile} profile; non-pad share of positions): {fill}"
+                  f"{' (goal >= 0.95 for books)' if profile == 'books' else ''}; documents kept "
+                  f"{two['documents_kept']}", flush=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print(json.dumps(results, indent=1))

@@ -10,10 +10,11 @@ runs pack with the same one. Each run builds into an empty output location (a pa
 
 Besides the time, a run reports what the build leaves behind: the output's bytes with and
 without the shards against the input text (the footprint ratio), the shards' bytes per token,
-and the driver's peak resident memory (``ru_maxrss`` of the child; Ray workers are separate
+the example fill per split (non-pad share of the positions, from the manifest's totals) and the
+driver's peak resident memory (``ru_maxrss`` of the child; Ray workers are separate
 processes and not included).
 
-    python benchmarks/corpus_pipeline.py SOURCE TOKENIZER_JSON CPUS OUT   (prints JSON)
+    python benchmarks/corpus_pipeline.py SOURCE TOKENIZER_JSON CPUS OUT PROFILE   (prints JSON)
 """
 from __future__ import annotations
 
@@ -48,14 +49,15 @@ def v1_bytes(corpus: str, manifest: schema.Manifest) -> int:
     return total
 
 
-def run(source: str, tokenizer_json: str, cpus: int, out: str) -> dict:
+def run(source: str, tokenizer_json: str, cpus: int, out: str, profile: str = "web") -> dict:
     """The pipeline in this process (on whatever cores it may use): seconds and figures."""
     import ray
 
     storage.remove(out, recursive=True)
     ray.shutdown()
     raydata.init_ray(num_cpus=cpus)
-    cfg = CorpusConfig.from_dict({"tokenizer": {"pretrained": tokenizer_json}, "shard": {"min_shards_per_split": 8}})
+    cfg = CorpusConfig.from_dict({"profile": profile, "tokenizer": {"pretrained": tokenizer_json},
+                                  "shard": {"min_shards_per_split": 8}})
     start = time.perf_counter()
     manifest = CorpusBuild([source], out, cfg).run()
     seconds = time.perf_counter() - start
@@ -66,6 +68,10 @@ def run(source: str, tokenizer_json: str, cpus: int, out: str) -> dict:
     text = stats["ingest"]["bytes_in"]
     return {"seconds": seconds, "text_bytes": text, "stages": {k: stats[k]["seconds"] for k in stats if "seconds" in stats[k]},
             "documents_kept": stats["near_dedup"]["documents_out"], "tokens": stats["pack"]["tokens"],
+            # non-pad share of the example positions, from the split totals (independent of the
+            # fill the pack stage reports)
+            "fill": {name: round(info.num_tokens / max(info.num_examples * manifest.seq_len, 1), 4)
+                     for name, info in manifest.splits.items()},
             "output_bytes": total, "shard_bytes": shards,
             "footprint_ratio": round((total - shards) / max(text, 1), 4),
             "bytes_per_token": stats["shard"]["bytes_per_token"],
@@ -75,13 +81,13 @@ def run(source: str, tokenizer_json: str, cpus: int, out: str) -> dict:
             "rejected_bytes": storage.du(storage.join(out, schema.REJECTED_DIR))}
 
 
-def measure(source: str, tokenizer_json: str, cpus: int, out: str) -> dict:
+def measure(source: str, tokenizer_json: str, cpus: int, out: str, profile: str = "web") -> dict:
     """``run`` in a child process confined to the first ``cpus`` cores this process may use."""
     cores = sorted(os.sched_getaffinity(0))
     if len(cores) < cpus:
         raise RuntimeError(f"asked for {cpus} cores, this process may use only {cores}")
     env = dict(os.environ, TOKENIZERS_PARALLELISM="false", RAY_ENABLE_UV_RUN_RUNTIME_ENV="0")
-    proc = subprocess.run([sys.executable, __file__, source, tokenizer_json, str(cpus), out],
+    proc = subprocess.run([sys.executable, __file__, source, tokenizer_json, str(cpus), out, profile],
                           env=env, capture_output=True, text=True,
                           preexec_fn=lambda: os.sched_setaffinity(0, cores[:cpus]))
     if proc.returncode != 0:
@@ -90,5 +96,5 @@ def measure(source: str, tokenizer_json: str, cpus: int, out: str) -> dict:
 
 
 if __name__ == "__main__":
-    src, tok_json, n, out_uri = sys.argv[1:5]
-    print(json.dumps(run(src, tok_json, int(n), out_uri)))
+    src, tok_json, n, out_uri, prof = sys.argv[1:6]
+    print(json.dumps(run(src, tok_json, int(n), out_uri, prof)))

@@ -5,6 +5,11 @@ Layout written by ``export_hf(model, cfg, out_dir)``::
     out_dir/discriminator/{config.json, model.safetensors, tokenizer files}   ElectraForPreTraining
     out_dir/generator/{config.json, model.safetensors, tokenizer files}       ElectraForMaskedLM
 
+The tokenizer files are derived from the run's ``tokenizer.json``: ``tokenizer_config.json``
+names the class that reproduces it (``BertTokenizerFast`` for a BERT WordPiece, otherwise
+``PreTrainedTokenizerFast`` with a guard that makes the BERT/ELECTRA classes raise instead of
+silently encoding a Unigram vocabulary as ``[UNK]``), ``vocab.txt`` only for a BERT WordPiece.
+
 All names go through ONE explicit key map (``encoder_to_hf`` / ``encoder_from_hf`` plus the two
 head tables). The only non-renaming entry is the fused ``qkv`` Linear, split into HF's
 ``query``/``key``/``value`` (and concatenated back). The shared embedding block lives once in
@@ -26,7 +31,6 @@ from safetensors.torch import load_file, save_file
 
 from electra.config import ModelConfig
 from electra.model import ElectraEmbeddings, ElectraEncoder, ElectraForPretraining, build_encoder
-from pipelines.schema import TOKENIZER_FILES
 
 
 _LAYER = {  # ours (inside layers.{i}) -> HF (inside electra.encoder.layer.{i})
@@ -148,8 +152,8 @@ def export_hf(model: ElectraForPretraining, cfg: ModelConfig, out_dir: str | Pat
         tensors = {k: v.detach().to("cpu", torch.float32).contiguous().clone() for k, v in state.items()}
         save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
         (folder / "config.json").write_text(json.dumps(hf_config(cfg, generator=generator), indent=2) + "\n")
-        for f in tok_files:
-            shutil.copyfile(f, folder / f.name)
+        for name, data in tok_files.items():
+            (folder / name).write_bytes(data)
     old = out_dir.parent / f".{out_dir.name}.old-{os.getpid()}"
     if out_dir.exists():
         os.replace(out_dir, old)
@@ -158,13 +162,26 @@ def export_hf(model: ElectraForPretraining, cfg: ModelConfig, out_dir: str | Pat
     return out_dir
 
 
-def _tokenizer_files(tokenizer_dir: str | Path | None) -> list[Path]:
+def _tokenizer_files(tokenizer_dir: str | Path | None) -> dict[str, bytes]:
+    """The tokenizer files to write beside the model, derived from ``tokenizer.json`` (written
+    as it is): ``tokenizer_config.json`` names the transformers class that loads it correctly,
+    and ``vocab.txt`` exists only for a BERT WordPiece (``pipelines.tokenizer.hf_files``), so an
+    older or hand-made folder cannot leave a misleading ``vocab.txt`` or config behind."""
+    from tokenizers import Tokenizer
+
+    from pipelines.tokenizer import hf_files
+
     if tokenizer_dir is None:
-        return []
-    files = [Path(tokenizer_dir) / n for n in TOKENIZER_FILES if (Path(tokenizer_dir) / n).is_file()]
-    if not any(f.name == "tokenizer.json" for f in files):
+        return {}
+    path = Path(tokenizer_dir) / "tokenizer.json"
+    if not path.is_file():
         raise FileNotFoundError(f"{tokenizer_dir}: no tokenizer.json to export")
-    return files
+    data = path.read_bytes()
+    try:
+        tok = Tokenizer.from_str(data.decode("utf-8"))
+    except Exception as exc:  # tokenizers raises a bare Exception on malformed JSON
+        raise ValueError(f"{path}: not a tokenizers tokenizer.json ({exc})") from exc
+    return {**hf_files(tok), "tokenizer.json": data}
 
 
 def model_config_from_hf(disc: dict, gen: dict | None = None, *, source: str = "config.json") -> ModelConfig:

@@ -53,7 +53,9 @@ def corpus_config(*, config: dict[str, Any] | str | None = None, overrides: list
     for name, value in flags.items():
         if value is None:
             continue
-        if name == "tokenizer":
+        if name == "profile":
+            raw["profile"] = value
+        elif name == "tokenizer":
             if value in ("wordpiece", "unigram"):
                 strict.set_path(raw, "tokenizer.kind", value)
             else:
@@ -82,9 +84,10 @@ def _stats_table(manifest) -> str:
     lines = ["# build-corpus", "", *rows, ""]
     for split, info in manifest.splits.items():
         lines.append(f"- **{split}**: {info.num_documents} documents, {info.num_examples} examples, "
-                     f"{info.num_tokens} tokens, {len(manifest.shards_for(split))} shards")
+                     f"{info.num_tokens} tokens, fill {info.fill:.1%}, {len(manifest.shards_for(split))} shards")
     lines.append(f"- tokenizer: {manifest.tokenizer.kind}, vocab {manifest.tokenizer.vocab_size}, "
                  f"sha256 `{manifest.tokenizer.sha256[:12]}`")
+    lines += [f"- warning: {w}" for w in manifest.warnings]
     lines.append(f"- shards: {manifest.stats.get('shard', {}).get('bytes_per_token')} bytes per token")
     return "\n".join(lines)
 
@@ -95,10 +98,10 @@ def build_corpus(source: list[str] | str, out: str, tokenizer: str | None = None
                  validation_fraction: float | None = None, seed: int | None = None,
                  ray_address: str | None = None, config: dict[str, Any] | str | None = None,
                  overrides: list[str] | None = None, keep_cache: bool = False,
-                 ray_worker_pip: str | None = None) -> dict[str, Any]:
+                 ray_worker_pip: str | None = None, profile: str | None = None) -> dict[str, Any]:
     """Build an ELECTRA pre-training corpus at ``out`` (path or URI); returns the manifest."""
     logger = get_run_logger()
-    cfg = corpus_config(config=config, overrides=list(overrides or ()), tokenizer=tokenizer,
+    cfg = corpus_config(config=config, overrides=list(overrides or ()), profile=profile, tokenizer=tokenizer,
                         vocab_size=vocab_size, seq_len=seq_len, lowercase=lowercase,
                         validation_fraction=validation_fraction, seed=seed)
     build = CorpusBuild([source] if isinstance(source, str) else list(source), out, cfg, keep_cache=keep_cache)
@@ -124,7 +127,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--config", default=None, help="JSON file (path or URI) with a corpus config "
                                                   "(sections ingest, filter, dedup, tokenizer, pack, shard, rejected)")
     p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", dest="overrides",
-                   help="any corpus config field, e.g. filter.min_words=50 (repeatable)")
+                   help="any corpus config field, e.g. filter.gopher_quality.min_doc_words=50 (repeatable)")
+    p.add_argument("--profile", default=None, choices=("web", "books", "bert-format"),
+                   help="input profile (README 'Input profiles'): web (default; records or blank-line blocks, "
+                        "every filter), books (a file is a document), bert-format (a sentence per line)")
     p.add_argument("--tokenizer", default=None,
                    help="wordpiece | unigram | location of an existing tokenizer.json or vocab.txt")
     p.add_argument("--vocab-size", type=int, default=None, help="tokenizer.vocab_size (default 30522)")
@@ -151,10 +157,13 @@ def main(argv: list[str] | None = None) -> int:
                             vocab_size=args.vocab_size, seq_len=args.seq_len, lowercase=args.lowercase,
                             validation_fraction=args.validation_fraction, seed=args.seed,
                             ray_address=args.ray_address, config=args.config, overrides=args.overrides,
-                            keep_cache=args.keep_cache, ray_worker_pip=args.ray_worker_pip)
+                            keep_cache=args.keep_cache, ray_worker_pip=args.ray_worker_pip,
+                            profile=args.profile)
     for split, info in manifest["splits"].items():
         print(f"{split}: {info['num_documents']} documents, {info['num_examples']} examples, "
-              f"{info['num_tokens']} tokens")
+              f"{info['num_tokens']} tokens, fill {info['fill']:.1%}")
+    for warning in manifest.get("warnings", []):
+        print(f"warning: {warning}")
     print(f"corpus written to {args.out} (manifest.json)")
     return 0
 

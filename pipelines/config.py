@@ -10,6 +10,7 @@ threshold reruns filtering and everything after it, but not ingestion.
 from __future__ import annotations
 
 import dataclasses
+import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -28,29 +29,158 @@ class IngestConfig:
     max_document_bytes: int = 16 << 20
     # Documents per Ray Data block produced by the reader.
     batch_size: int = 1000
+    # A document that is not valid UTF-8 gets its charset detected (charset-normalizer) and is
+    # decoded with it, counted per encoding; false: it is rejected as ingest:invalid_utf8.
+    detect_charset: bool = True
+    # Tried first for a non-UTF-8 document: used when the detector finds its reading plausible
+    # (or the document is too short to judge), else the detector's own best charset.
+    fallback_encoding: str = "cp1252"
+    # A document with a NUL byte or a larger share of control bytes is ingest:binary.
+    max_control_ratio: float = 0.05
+    # Keep the documents of a compressed member cut off by the end of the file (its integrity
+    # check cannot run); false: they are quarantined as ingest:corrupt_compression.
+    keep_truncated_member: bool = False
 
     def validate(self) -> None:
+        import codecs
+
         check(self.batch_size >= 1, "batch_size must be >= 1")
         check(self.max_document_bytes >= 1, "max_document_bytes must be >= 1")
+        check(0 <= self.max_control_ratio <= 1, "max_control_ratio must be in [0, 1]")
+        try:
+            codecs.lookup(self.fallback_encoding)
+        except LookupError:
+            check(False, f"fallback_encoding {self.fallback_encoding!r} is not a known codec")
+
+
+# The filter blocks (``pipelines.filters``), run in the order ``filter.blocks`` lists them.
+FilterBlock = Literal["gopher_quality", "gopher_repetition", "c4", "fineweb", "language", "pii"]
+FILTER_BLOCKS: tuple[str, ...] = typing.get_args(FilterBlock)
+
+
+def _positive(section: Any, *names: str) -> None:
+    for n in names:
+        v = getattr(section, n)
+        check(v is None or v >= 0, f"{n} must be >= 0 or null (null disables the rule)")
+
+
+# One section per block. Field names and defaults are datatrove's (0.10.1) constructor arguments;
+# every threshold is ``X | None`` and None disables that rule.
+@dataclass
+class GopherQualityConfig:
+    min_doc_words: int | None = 50
+    max_doc_words: int | None = 100_000
+    min_avg_word_length: float | None = 3
+    max_avg_word_length: float | None = 10
+    max_symbol_word_ratio: float | None = 0.1  # '#' and ellipses per word
+    max_bullet_lines_ratio: float | None = 0.9
+    max_ellipsis_lines_ratio: float | None = 0.3
+    max_non_alpha_words_ratio: float | None = 0.8  # datatrove's name: the MIN share of words with a letter
+    min_stop_words: int | None = 2
+    stop_words: list[str] = field(default_factory=lambda: ["the", "be", "to", "of", "and", "that", "have", "with"])
+
+    def validate(self) -> None:
+        _positive(self, "min_doc_words", "max_doc_words", "min_avg_word_length", "max_avg_word_length",
+                  "max_symbol_word_ratio", "max_bullet_lines_ratio", "max_ellipsis_lines_ratio",
+                  "max_non_alpha_words_ratio", "min_stop_words")
+
+
+@dataclass
+class GopherRepetitionConfig:
+    dup_line_frac: float | None = 0.3
+    dup_para_frac: float | None = 0.3
+    dup_line_char_frac: float | None = 0.2
+    dup_para_char_frac: float | None = 0.2
+    # [n, max character fraction] pairs; a null fraction disables that n.
+    # (Typed loosely here, checked in validate(): the loader types a list's items alike.)
+    top_n_grams: list[list[Any]] = field(default_factory=lambda: [[2, 0.2], [3, 0.18], [4, 0.16]])
+    dup_n_grams: list[list[Any]] = field(default_factory=lambda: [
+        [5, 0.15], [6, 0.14], [7, 0.13], [8, 0.12], [9, 0.11], [10, 0.10]])
+
+    def validate(self) -> None:
+        _positive(self, "dup_line_frac", "dup_para_frac", "dup_line_char_frac", "dup_para_char_frac")
+        for name in ("top_n_grams", "dup_n_grams"):
+            for pair in getattr(self, name):
+                check(len(pair) == 2 and type(pair[0]) is int and pair[0] >= 1
+                      and (pair[1] is None or (type(pair[1]) in (int, float) and pair[1] >= 0)),
+                      f"{name}: expected [n >= 1, fraction or null] pairs, got {list(pair)}")
+
+
+@dataclass
+class C4Config:
+    remove_citations: bool = True  # "[1]", "[edit]", "[citation needed]" removed from kept lines
+    filter_no_terminal_punct: bool = True  # lines must end in . ? ! " ' (not "...")
+    # Not in datatrove: a terminal mark followed by closing quotes or brackets ('.”', '?)')
+    # also ends a line (datatrove drops book dialogue and typographic quotes). false: datatrove's rule.
+    allow_closing_quotes: bool = True
+    min_num_sentences: int | None = 5  # documents with fewer sentences left are dropped
+    min_words_per_line: int | None = 3
+    max_word_length: int | None = 1000  # lines with a longer word are removed
+    filter_lorem_ipsum: bool = True  # documents
+    filter_javascript: bool = True  # lines
+    filter_curly_bracket: bool = True  # documents
+    filter_policy: bool = True  # lines (cookies, terms of use, privacy policy)
+
+    def validate(self) -> None:
+        _positive(self, "min_num_sentences", "min_words_per_line", "max_word_length")
+
+
+@dataclass
+class FineWebConfig:
+    line_punct_thr: float | None = 0.12  # min share of lines ending in terminal punctuation
+    line_punct_exclude_zero: bool = False
+    # Not in datatrove: a terminal mark followed by closing quotes or brackets ('."', '?”', '.)')
+    # also counts as a punctuated line. false: datatrove's rule.
+    allow_closing_quotes: bool = True
+    short_line_thr: float | None = 0.67  # max share of lines of <= short_line_length characters
+    short_line_length: int = 30
+    char_duplicates_ratio: float | None = 0.01  # max characters in duplicated lines / all
+    new_line_ratio: float | None = 0.3  # max newlines per word (lists)
+
+    def validate(self) -> None:
+        _positive(self, "line_punct_thr", "short_line_thr", "char_duplicates_ratio", "new_line_ratio")
+        check(self.short_line_length >= 0, "short_line_length must be >= 0")
+
+
+@dataclass
+class LanguageConfig:
+    languages: list[str] | None = field(default_factory=lambda: ["en"])  # null: any language
+    min_score: float | None = 0.65  # datatrove's language_threshold (the top language's probability)
+    # Not in datatrove: characters classified (the start of the document, cut at a space);
+    # null: the whole text. Language ID is the costliest block on long documents.
+    sample_chars: int | None = 2000
+
+    def validate(self) -> None:
+        _positive(self, "min_score", "sample_chars")
+
+
+@dataclass
+class PiiConfig:
+    # datatrove's PIIFormatter: e-mail addresses and (public) IP addresses replaced, never dropped.
+    remove_emails: bool = True
+    remove_ips: bool = True
+    only_remove_public_ips: bool = True
+    email_replacement: list[str] = field(
+        default_factory=lambda: ["email@example.com", "firstname.lastname@example.org"])
+    ip_replacement: list[str] = field(default_factory=lambda: ["22.214.171.124", "126.96.36.199", "188.8.131.52",
+                                                              "184.108.40.206", "220.127.116.11", "18.104.22.168"])
 
 
 @dataclass
 class FilterConfig:
     unicode_form: Literal["NFC", "NFKC", "NFD", "NFKD", "none"] = "NFC"
-    min_chars: int = 50
-    max_chars: int = 1_000_000
-    min_words: int = 5
-    max_words: int = 200_000
-    min_mean_word_length: float = 2.0
-    max_mean_word_length: float = 12.0
-    min_alpha_ratio: float = 0.6  # share of words with at least one alphabetic character
-    max_symbol_ratio: float = 0.1  # '#' and '...' per word
-    max_repeated_line_ratio: float = 0.3  # share of lines that duplicate another line
-    max_repeated_line_char_ratio: float = 0.2
-    max_bullet_line_ratio: float = 0.9
-    max_ellipsis_line_ratio: float = 0.3
-    min_stop_words: int = 2  # English stop words ("the", "and", ...); 0 disables
-    max_top_2gram_ratio: float = 0.20  # char share of the most frequent word 2-gram
+    # Run in this order; the first block that drops a document decides its reason.
+    blocks: list[FilterBlock] = field(default_factory=lambda: [
+        "gopher_quality", "gopher_repetition", "c4", "fineweb", "language"])
+    gopher_quality: GopherQualityConfig = field(default_factory=GopherQualityConfig)
+    gopher_repetition: GopherRepetitionConfig = field(default_factory=GopherRepetitionConfig)
+    c4: C4Config = field(default_factory=C4Config)
+    fineweb: FineWebConfig = field(default_factory=FineWebConfig)
+    language: LanguageConfig = field(default_factory=LanguageConfig)
+    pii: PiiConfig = field(default_factory=PiiConfig)
+
+    def validate(self) -> None:
+        check(len(set(self.blocks)) == len(self.blocks), f"blocks lists a block twice: {self.blocks}")
 
 
 @dataclass
@@ -75,6 +205,9 @@ class TokenizerConfig:
     lowercase: bool = True
     strip_accents: bool = True
     min_frequency: int = 2
+    # Characters the vocabulary may hold: the most frequent ones of the sample (BERT's vocabulary
+    # builders keep 1000); rarer characters encode as [UNK]. None keeps every character.
+    limit_alphabet: int | None = 1000
     sample_bytes: int = 256 << 20  # bound on the text the tokenizer is trained on
     sample_seed: int = 12345  # which documents make up that sample
     # An existing tokenizer.json or vocab.txt (any storage location) to use instead of training.
@@ -83,6 +216,7 @@ class TokenizerConfig:
     def validate(self) -> None:
         check(self.vocab_size > len(("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")),
               "vocab_size must exceed the 5 special tokens")
+        check(self.limit_alphabet is None or self.limit_alphabet >= 1, "limit_alphabet must be >= 1 or null")
 
 
 @dataclass
@@ -124,6 +258,8 @@ class RejectedConfig:
 
 @dataclass
 class CorpusConfig:
+    # Which preset ``from_dict`` starts from (pipelines.profiles): web, books or bert-format.
+    profile: Literal["web", "books", "bert-format"] = "web"
     ingest: IngestConfig = field(default_factory=IngestConfig)
     filter: FilterConfig = field(default_factory=FilterConfig)
     dedup: DedupConfig = field(default_factory=DedupConfig)
@@ -137,7 +273,10 @@ class CorpusConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], *, where: str = "corpus config") -> CorpusConfig:
-        return strict.from_dict(cls, d, where=where)
+        """Strictly load ``d`` over the preset of its ``profile`` (``pipelines.profiles``)."""
+        from pipelines.profiles import with_profile
+
+        return strict.from_dict(cls, with_profile(d, where=where), where=where)
 
     def sections(self, names: tuple[str, ...]) -> dict[str, Any]:
         """The named sections as plain dicts (what a stage's cache key covers)."""

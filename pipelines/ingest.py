@@ -1,4 +1,4 @@
-"""Ingestion: sources → document rows ``{id, uid, text, reason, detail}`` (docs/interfaces.md).
+"""Ingestion: sources → document rows ``{id, uid, text, reason, detail, url}`` (docs/interfaces.md).
 
 Sources are local files, directories (recursive, sorted, hidden files skipped), globs and URIs
 (``s3://``, ``gs://``, ``https://``, read through ``common.storage``); ``resolve_sources`` expands
@@ -9,35 +9,58 @@ before any work starts. Formats by extension (after an optional ``.gz``/``.bz2``
   ``file`` (the whole file is one document), ``blank_line`` (documents separated by blank
   lines) or ``line`` (every non-blank line is a document; blank lines are separators, not
   empty documents);
-* JSON Lines (``.jsonl``, ``.json``, ``.ndjson``): one document per record, field
+* JSON Lines (``.jsonl``, ``.ndjson``): one document per record, field
   ``IngestConfig.jsonl_field``;
+* ``.json``: a JSON array of records when its first non-space byte is ``[`` (streamed element by
+  element, ``json_array``), else JSON Lines;
+* WARC/WET (``.warc``, ``.wet``, ``.warc.wet``, usually ``.gz`` per record): text payloads of
+  ``conversion``/``resource``/``response`` records, the ``WARC-Target-URI`` in ``url`` (``warc``);
 * Parquet (``.parquet``, ``.pq``): column ``IngestConfig.parquet_column``, read one row group at a
   time. Parquet needs random access, so a compressed Parquet file is first decompressed to a
   temporary file (disk, not memory).
 
-Text and JSONL are streamed through ``text_stream.LineReader``: memory per file is bounded by
-``max_document_bytes`` plus one read chunk, whatever the file size.
+Everything but Parquet is streamed (``streams.stream_rows``): memory per file is bounded by
+``max_document_bytes`` plus one read chunk, whatever the file size. Lines end at ``\\n``,
+``\\r\\n`` or a lone ``\\r``. Bytes become text per document (``encodings``): strict UTF-8, else
+a detected charset (``detect_charset``, ``fallback_encoding``); a file with a UTF-16/32 BOM is
+transcoded to UTF-8 while streaming. Each kept row says in ``encoding`` how it was decoded; the
+ingest stage counts that column into its statistics (``"encodings": {"utf-8": n, ...}``) and
+does not write it.
+
+Compressed files are read twice: a decompress-only pass finds the *verified prefix* (the end of
+the last gzip member / bz2 stream / zstd frame that passed its integrity check,
+``integrity.verify``), and every document not entirely inside it is quarantined, so garbage
+decoded from a damaged member before its checksum fails is never kept.
 
 Ids are stable and location-independent: ``"{name}:{offset}"`` where ``name`` is the file's
 path from its source folder (``resolve_sources``: e.g. ``raw/a.txt``) and ``offset``
 the byte offset of the document's first byte in the decompressed stream (Parquet:
-``"{name}:row{N}"``); ``uid`` is a 63-bit blake2b of the id. The same corpus read from another
+``"{name}:row{N}"``; WARC: the offset of the record; UTF-16/32: the offset in the file's UTF-8
+transcoding); ``uid`` is a 63-bit blake2b of the id. The same corpus read from another
 mount, bucket or URL therefore keeps the same uids, hence the same dedup survivors (smallest
 uid) and the same validation split (a hash of the uid).
 
 Bad input is never fatal. It becomes a row with a ``reason`` (and a capped prefix of its text or
-bytes for the quarantine): ``ingest:corrupt_compression`` (documents before the damage are kept),
-``ingest:binary`` (NUL bytes in the first chunk), ``ingest:invalid_utf8`` (that document only),
+bytes for the quarantine): ``ingest:corrupt_compression`` (every document not inside the
+verified prefix, each a row; a member cut off by the end of the file counts as unverified unless
+``keep_truncated_member``), ``ingest:binary`` (a document with NUL bytes or more than
+``max_control_ratio`` control bytes, wherever it is), ``ingest:invalid_utf8`` (that document
+only: not UTF-8 and no charset fits, or damaged UTF-8, or ``detect_charset`` off),
 ``ingest:empty_file`` (a file that yields no document at all), ``ingest:empty_document``,
 ``ingest:oversize`` (skipped without being held whole), ``ingest:bad_json``,
-``ingest:missing_field``, ``ingest:bad_parquet``. Failing storage is not bad input: an I/O
+``ingest:missing_field``, ``ingest:bad_parquet``, and for WARC: ``ingest:warc_skipped`` (a
+``warcinfo``/``request``/``metadata``/``revisit``/``continuation`` record, counted, not a
+document), ``ingest:html`` (an HTML payload: no HTML text extractor ships),
+``ingest:unsupported_payload`` (another type, or a payload under a transfer/content encoding),
+``ingest:bad_warc`` (an unparseable record; reading the file stops there). Failing storage is not bad input: an I/O
 error reading the file (``text_stream.StorageError``, or an ``OSError`` opening it) is raised,
 so the orchestrator's retries deal with it instead of a file being quarantined by a hiccup.
 
 Ray Data: ``ingest_dataset`` runs one task per file, a generator UDF yielding batches of
 ``batch_size`` rows, so a large file streams out as many blocks rather than one huge list. An
-uncompressed text/JSONL file larger than ``split_bytes`` is read as several byte ranges in
-parallel (compressed streams cannot be entered in the middle). A range owns the documents whose
+uncompressed text/JSON Lines file larger than ``split_bytes`` is read as several byte ranges in
+parallel (compressed streams cannot be entered in the middle; ``.json``, WARC and a file with a
+UTF-16/32 BOM are read whole by one task). A range owns the documents whose
 first byte lies in it: its reader enters at the first line starting at or after ``start`` (in
 ``blank_line`` mode skipping the tail of a document begun earlier, found by looking at the
 previous line), and reads on past ``end`` until the document in progress ends, so a document on
@@ -56,17 +79,21 @@ from common import storage
 from common.hashing import digest, stable_uid
 
 from pipelines.config import IngestConfig
+from pipelines.integrity import ALL_GOOD, verify
 from pipelines.parquet_source import parquet_rows
-from pipelines.splitters import JsonlSplitter, Row, TextSplitter, quarantine_text
-from pipelines.text_stream import (CHUNK, CORRUPT_ERRORS, LineReader, StorageError, compression_of,
-                                   decompressed, first_line_start, previous_line_blank, read_some)
+from pipelines.splitters import Row
+from pipelines.streams import stream_rows
+from pipelines.text_stream import compression_of
+from pipelines.warc import WARC_SUFFIXES
 
 TEXT_MODES = ("file", "blank_line", "line")
-JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")
+JSONL_SUFFIXES = (".jsonl", ".ndjson")
+JSON_SUFFIXES = (".json",)
 PARQUET_SUFFIXES = (".parquet", ".pq")
-# A file with a NUL byte in its first BINARY_PROBE bytes is not text (UTF-16 included).
-BINARY_PROBE = 8192
-COLUMNS = ("id", "uid", "text", "reason", "detail")
+# Document row columns; ``encoding`` (how a kept document was decoded) is counted into the ingest
+# stage's statistics and not written (``parts.write_documents``).
+COLUMNS = ("id", "uid", "text", "reason", "detail", "url", "encoding")
+STR_COLUMNS = ("id", "text", "reason", "detail", "url", "encoding")
 # A batch is also closed at this many text characters, so a run of large documents cannot make
 # a block of batch_size × max_document_bytes.
 BATCH_CHARS = 32 << 20
@@ -181,9 +208,10 @@ def _hidden(name: str) -> bool:
 # ---------------------------------------------------------------------------------------------
 def rows_to_batch(rows: list[Row]) -> dict[str, np.ndarray]:
     """Document rows as a numpy batch (object arrays of ``str``, ``uid`` as int64)."""
-    batch = {name: np.empty(len(rows), dtype=object) for name in ("id", "text", "reason", "detail")}
+    batch = {name: np.empty(len(rows), dtype=object) for name in STR_COLUMNS}
     for i, row in enumerate(rows):
-        batch["id"][i], batch["text"][i], batch["reason"][i], batch["detail"][i] = row
+        (batch["id"][i], batch["text"][i], batch["reason"][i], batch["detail"][i], batch["url"][i],
+         batch["encoding"][i]) = row
     batch["uid"] = np.fromiter((stable_uid(r.id) for r in rows), dtype=np.int64, count=len(rows))
     return {name: batch[name] for name in COLUMNS}
 
@@ -227,11 +255,13 @@ def iter_rows(path: str, cfg: IngestConfig, *, start: int = 0, end: int | None =
         raise ValueError(f"{path}: byte ranges need uncompressed text or JSONL (not {kind}, "
                          f"compression {compression}, text_mode {cfg.text_mode})")
     if kind == "parquet":
-        rows = (Row(*r) for r in parquet_rows(path, compression=compression, column=cfg.parquet_column,
-                                              max_document_bytes=cfg.max_document_bytes, name=name))
+        rows = (Row(*r, encoding="utf-8" if not r[2] else "")  # Parquet strings are UTF-8
+                for r in parquet_rows(path, compression=compression, column=cfg.parquet_column,
+                                      max_document_bytes=cfg.max_document_bytes, name=name))
     else:
-        splitter = JsonlSplitter(name, cfg) if kind == "jsonl" else TextSplitter(name, cfg)
-        rows = _stream_rows(path, compression, splitter, cfg=cfg, start=start, end=end, name=name)
+        verified = verify(path, compression, keep_truncated=cfg.keep_truncated_member) if whole else ALL_GOOD
+        rows = stream_rows(path, compression, kind, cfg=cfg, start=start, end=end, name=name,
+                           verified=verified)
     n = 0
     for row in rows:
         n += 1
@@ -242,11 +272,14 @@ def iter_rows(path: str, cfg: IngestConfig, *, start: int = 0, end: int | None =
 
 
 def file_kind(name: str) -> str:
-    """``text``, ``jsonl`` or ``parquet`` from a file name without its compression suffix."""
+    """``text``, ``jsonl``, ``json``, ``warc`` or ``parquet`` from a file name without its
+    compression suffix."""
     lower = name.lower()
-    if lower.endswith(PARQUET_SUFFIXES):
-        return "parquet"
-    return "jsonl" if lower.endswith(JSONL_SUFFIXES) else "text"
+    for kind, suffixes in (("parquet", PARQUET_SUFFIXES), ("jsonl", JSONL_SUFFIXES), ("json", JSON_SUFFIXES),
+                           ("warc", WARC_SUFFIXES)):
+        if lower.endswith(suffixes):
+            return kind
+    return "text"
 
 
 def splittable(path: str, cfg: IngestConfig) -> bool:
@@ -261,59 +294,6 @@ def _check_config(cfg: IngestConfig) -> None:
         raise ValueError(f"ingest.text_mode={cfg.text_mode!r}; expected one of {TEXT_MODES}")
     if cfg.batch_size < 1 or cfg.max_document_bytes < 1:
         raise ValueError("ingest.batch_size and ingest.max_document_bytes must be positive")
-
-
-def _stream_rows(path: str, compression: str | None, splitter, *, cfg: IngestConfig,
-                 start: int, end: int | None, name: str) -> Iterator[Row]:
-    with storage.open_input(path) as raw:
-        stream = decompressed(raw, compression)
-        try:
-            head = read_some(stream, CHUNK)
-        except StorageError:
-            raise
-        except CORRUPT_ERRORS if compression else () as exc:
-            yield Row(f"{name}:0", "", "ingest:corrupt_compression",
-                      f"{type(exc).__name__}: {exc} (at decompressed byte 0)")
-            return
-        if b"\x00" in head[:BINARY_PROBE]:
-            if start == 0:  # every range sniffs the file head; the first one reports it
-                yield Row(f"{name}:0", repr(head[:256]), "ingest:binary",
-                          "NUL bytes in the first bytes: not a text file")
-            return
-        base = 0
-        if start > 0:
-            base = first_line_start(raw, start)
-            # In blank_line mode a line right after a non-blank one continues a document that
-            # began before the range: its owner (an earlier range) reads it to the end.
-            splitter.skip_foreign = cfg.text_mode == "blank_line" and not previous_line_blank(raw, base)
-            splitter.base = base
-            raw.seek(base)
-            head = b""
-        reader = LineReader(stream, max_line=cfg.max_document_bytes, head=head, base=base)
-        # Only a decompressor can find damaged data; on a plain file every error is I/O.
-        corrupt = CORRUPT_ERRORS if compression else ()
-        yield from _split_lines(name, reader, splitter, end=end, corrupt=corrupt)
-
-
-def _split_lines(name: str, reader: LineReader, splitter, *, end: int | None,
-                 corrupt: tuple[type[BaseException], ...]) -> Iterator[Row]:
-    try:
-        for line in reader:
-            if end is not None and line.offset >= end and splitter.idle():
-                return  # every later document starts at or past ``end``: the next range's
-            row = splitter.feed(line)
-            if row is not None:
-                yield row
-    except StorageError:
-        raise
-    except corrupt as exc:
-        start, prefix = splitter.partial(reader.consumed)
-        yield Row(f"{name}:{start}", quarantine_text(prefix + reader.tail), "ingest:corrupt_compression",
-                  f"{type(exc).__name__}: {exc} (good data ends at decompressed byte {reader.consumed})")
-        return
-    row = splitter.finish()
-    if row is not None:
-        yield row
 
 
 # ---------------------------------------------------------------------------------------------

@@ -31,8 +31,9 @@ Determinism: the RNG of a document is seeded from hash(seed, uid), and its split
 ``validation`` iff hash(seed, uid) / 2**64 < ``validation_fraction``; the output depends neither
 on batch boundaries nor on Ray's block order.
 
-Speed: all lines of a Ray batch are tokenised by one ``encode_batch_fast`` call (Rust, all
-threads, no offsets); the packing itself works on Python lists of ids per line (slices and
+Speed: all lines of a Ray batch are tokenised by one ``encode_batch_fast`` call (Rust, no
+offsets; in a Ray task on one thread, as the task holds one CPU: ``raydata.WORKER_THREAD_ENV``);
+the packing itself works on Python lists of ids per line (slices and
 ``+=``), never per token; the output arrays are built once per example.
 """
 from __future__ import annotations
@@ -214,3 +215,31 @@ class ExamplePacker:
         return pa.table({"uid": pa.array(out_uid, pa.int64()), "ordinal": pa.array(ordinals, pa.int32()),
                          "split": pa.array(splits, pa.string()), "input_ids": input_ids,
                          "b_start": pa.array(b_start, pa.int32())})
+
+
+# ----------------------------------------------------------------------------- fill
+# Below this share of non-pad positions a build warns: padding is compute the trainer spends
+# on nothing (examples never span documents, so short documents make short examples).
+MIN_FILL = 0.85
+
+
+def fill(tokens: int, examples: int, seq_len: int) -> float:
+    """Non-pad share of the positions of ``examples`` padded to ``seq_len`` (0 when empty)."""
+    return round(tokens / (examples * seq_len), 4) if examples else 0.0
+
+
+def fill_warnings(splits: dict[str, dict[str, Any]], seq_len: int, text_mode: str) -> list[str]:
+    """One warning per split whose fill is below ``MIN_FILL``, with the likely cause."""
+    if text_mode in ("blank_line", "line"):
+        cause = (f"ingest.text_mode={text_mode} makes every {'paragraph' if text_mode == 'blank_line' else 'line'} "
+                 "a document, and examples never span documents; for books use the books profile "
+                 "(profile=books: a whole file is one document)")
+    else:
+        cause = "the documents are short for seq_len (examples never span documents); a smaller pack.seq_len fits them"
+    out = []
+    for split, s in sorted(splits.items()):
+        share = fill(s["tokens"], s["examples"], seq_len)
+        if s["examples"] and share < MIN_FILL:
+            out.append(f"{split}: examples fill {share:.0%} of their {seq_len} positions "
+                       f"({s['tokens'] / s['examples']:.0f} tokens per example, below {MIN_FILL:.0%}): {cause}")
+    return out

@@ -63,11 +63,14 @@ def _run(ds: Any, fn: Callable, **kwargs: Any) -> list[dict[str, Any]]:
 # ------------------------------------------------------------------------------ documents
 def _rejected_lines(table: pa.Table, prefix_chars: int, full_text: bool) -> bytes:
     cols = {c: table.column(c).to_pylist() for c in ("id", "reason", "detail", "text")}
+    urls = table.column("url").to_pylist() if "url" in table.column_names else None
     lines = []
     for rid, reason, detail, text in zip(cols["id"], cols["reason"], cols["detail"], cols["text"]):
         text = text or ""
         record = {"id": rid, "reason": reason, "detail": detail,
                   "text": text if full_text else text[:prefix_chars], "chars": len(text)}
+        if urls is not None and urls[len(lines)]:
+            record["url"] = urls[len(lines)]  # a WARC record's page: which one was dropped
         lines.append(json.dumps(record, ensure_ascii=False))
     return ("\n".join(lines) + "\n").encode("utf-8", "surrogatepass")
 
@@ -79,6 +82,16 @@ def _write_document_block(table: pa.Table, *, data: str, rejected: str, prefix_c
 
     reason = table.column("reason")
     kept_mask = pc.equal(reason, "")
+    languages = None
+    if LANGUAGE_COLUMN in table.column_names:
+        # The filter stage's detected language: counted here, not written (no schema change).
+        languages = language_counts(table.column(LANGUAGE_COLUMN).to_pylist(), reason.to_pylist())
+        table = table.drop_columns([LANGUAGE_COLUMN])
+    encodings = None
+    if ENCODING_COLUMN in table.column_names:
+        # Ingest's decoding of each document ("utf-8", "cp1252", ...): counted, not written.
+        encodings = language_counts(table.column(ENCODING_COLUMN).to_pylist(), reason.to_pylist())
+        table = table.drop_columns([ENCODING_COLUMN])
     kept, dropped = table.filter(kept_mask), table.filter(pc.invert(kept_mask))
     files, stats = [], {}
     if kept.num_rows:
@@ -97,7 +110,22 @@ def _write_document_block(table: pa.Table, *, data: str, rejected: str, prefix_c
     for r, n, b in zip(counts.column("reason").to_pylist(), counts.column("bytes_count").to_pylist(),
                        counts.column("bytes_sum").to_pylist()):
         stats[r] = [int(n), int(b or 0)]
-    return _summary(files=files, rejected=rejected_files, reasons=stats)
+    extra = {k: v for k, v in (("languages", languages), ("encodings", encodings)) if v is not None}
+    return _summary(files=files, rejected=rejected_files, reasons=stats, **extra)
+
+
+LANGUAGE_COLUMN = "language"
+ENCODING_COLUMN = "encoding"
+
+
+def language_counts(languages: list[str], reasons: list[str]) -> dict[str, dict[str, int]]:
+    """``{language: {"kept": n, "dropped": m}}`` over the rows with a language ("" = not looked at)."""
+    out: dict[str, dict[str, int]] = {}
+    for lang, reason in zip(languages, reasons):
+        if lang:
+            acc = out.setdefault(lang, {"kept": 0, "dropped": 0})
+            acc["dropped" if reason else "kept"] += 1
+    return out
 
 
 def write_documents(ds: Any, *, data: str, rejected: str, prefix_chars: int,
@@ -105,7 +133,9 @@ def write_documents(ds: Any, *, data: str, rejected: str, prefix_chars: int,
     """Run ``ds`` (document rows) to the end; kept rows to ``data``, dropped ones to ``rejected``.
 
     Returns ``{"files": [...], "rejected": [...], "reasons": {reason: [documents, bytes]}}`` over
-    all blocks (reason ``""`` = kept).
+    all blocks (reason ``""`` = kept), and ``"languages": {language: {"kept": n, "dropped": m}}``
+    when the rows carry the filter stage's ``language`` column (which is not written); the same
+    for ``"encodings"`` and ingest's ``encoding`` column.
     """
     rows = _run(ds, _write_document_block, data=data, rejected=rejected, prefix_chars=prefix_chars,
                 full_text=full_text)
@@ -113,6 +143,14 @@ def write_documents(ds: Any, *, data: str, rejected: str, prefix_chars: int,
     for r in rows:
         out["files"] += r["files"]
         out["rejected"] += r["rejected"]
+        for lang, counts in r.get("languages", {}).items():
+            acc = out.setdefault("languages", {}).setdefault(lang, {"kept": 0, "dropped": 0})
+            acc["kept"] += counts["kept"]
+            acc["dropped"] += counts["dropped"]
+        for enc, counts in r.get("encodings", {}).items():
+            acc = out.setdefault("encodings", {}).setdefault(enc, {"kept": 0, "dropped": 0})
+            acc["kept"] += counts["kept"]
+            acc["dropped"] += counts["dropped"]
         for reason, (n, b) in r["reasons"].items():
             acc = out["reasons"].setdefault(reason, [0, 0])
             acc[0] += n

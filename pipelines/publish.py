@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from common import storage
 from pipelines import schema
+from pipelines.pack import fill
 from pipelines.stages import DOCUMENT_STAGES, StageResult, rejected_folder
 
 if TYPE_CHECKING:
@@ -45,9 +46,10 @@ def manifest_of(build: CorpusBuild, results: dict[str, StageResult]) -> schema.M
     splits = {}
     for split in schema.SPLITS:
         mine = [s for s in shards if s.split == split]
-        splits[split] = schema.SplitInfo(num_examples=sum(s.num_examples for s in mine),
-                                         num_tokens=sum(s.num_tokens for s in mine),
-                                         num_documents=documents.get(split, 0))
+        examples, tokens = sum(s.num_examples for s in mine), sum(s.num_tokens for s in mine)
+        splits[split] = schema.SplitInfo(num_examples=examples, num_tokens=tokens,
+                                         num_documents=documents.get(split, 0),
+                                         fill=fill(tokens, examples, build.cfg.pack.seq_len))
     rejected = [schema.RejectedInfo(stage=name, path=f"{rejected_folder(name, results[name].key)}/{f['name']}",
                                     records=f["rows"], bytes=f["bytes"])
                 for name in DOCUMENT_STAGES for f in results[name].rejected]
@@ -58,11 +60,15 @@ def manifest_of(build: CorpusBuild, results: dict[str, StageResult]) -> schema.M
     return schema.Manifest(seq_len=build.cfg.pack.seq_len,
                            tokenizer=schema.TokenizerInfo(**results["tokenizer"].product["tokenizer"]),
                            splits=splits, shards=shards, stats=stats, config=build.cfg.to_dict(),
-                           rejected=rejected, generation=results["shard"].key, build_key=build.build_key)
+                           rejected=rejected, generation=results["shard"].key, build_key=build.build_key,
+                           languages=results["filter"].stats.get("languages", {}),
+                           warnings=list(results["pack"].stats.get("warnings", [])))
 
 
 def publish(build: CorpusBuild, results: dict[str, StageResult]) -> schema.Manifest:
     manifest = manifest_of(build, results)
+    for warning in manifest.warnings:
+        log.warning("%s", warning)
     try:
         previous = schema.Manifest.load(build.out)
     except (FileNotFoundError, ValueError) as exc:

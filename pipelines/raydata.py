@@ -11,6 +11,8 @@
   per job from ``infra/worker-requirements.txt`` (``worker_pip``; needs ``virtualenv`` on the
   nodes, which ``ray[default]`` brings). Ray Client addresses (``ray://``) cannot run Ray Data
   in Ray 2.60; run the driver on the head (``ray exec``/``ray job submit``) with ``auto``.
+  Either way every worker gets ``WORKER_THREAD_ENV``: one ``tokenizers`` thread per task, as a
+  task holds one CPU (the driver, which trains the tokenizer, keeps its own environment).
 * ``configure_data_context``: Ray Data settings measured to matter (see its docstring).
 * ``partitions_for``: shuffle partition counts from the data size (with a fixed floor), never
   from the CPUs present at start. An autoscaling cluster whose head has 0 CPUs would otherwise get the minimum, and a
@@ -39,6 +41,13 @@ PARTITION_BYTES = 64 << 20
 # and each extra partition of a tiny shuffle costs milliseconds.
 MIN_PARTITIONS = 8
 MAX_PARTITIONS = 4096
+# Every task holds one CPU, so a task's native libraries get one thread. Without this the
+# ``tokenizers`` Rust pool of every packing task starts a thread per core of the machine
+# (N tasks on N cores: N * N threads). TOKENIZERS_PARALLELISM=false makes ``encode_batch(_fast)``
+# run in the calling thread; RAYON_NUM_THREADS=1 caps the pool at one thread should something
+# turn parallelism back on (``tokenizers`` reads it when its pool starts, i.e. at first use, so
+# it has to be in the worker's environment from the start: a job-level runtime_env).
+WORKER_THREAD_ENV = {"TOKENIZERS_PARALLELISM": "false", "RAYON_NUM_THREADS": "1"}
 
 
 def init_ray(address: str | None = None, *, num_cpus: int | None = None, worker_pip: str | None = None) -> None:
@@ -54,7 +63,7 @@ def init_ray(address: str | None = None, *, num_cpus: int | None = None, worker_
         import pipelines
 
         env = {k: os.environ[k] for k in storage.STORE_ENV if os.environ.get(k)}
-        env.update(TOKENIZERS_PARALLELISM="false", RAY_ENABLE_UV_RUN_RUNTIME_ENV="0")
+        env.update(WORKER_THREAD_ENV, RAY_ENABLE_UV_RUN_RUNTIME_ENV="0")
         # Folder paths, not module objects: inside a Ray Job the runtime_env is deep-copied, and
         # module objects cannot be pickled.
         modules = [os.path.dirname(m.__file__) for m in (common, pipelines)]
@@ -65,7 +74,8 @@ def init_ray(address: str | None = None, *, num_cpus: int | None = None, worker_
     else:
         # "local": start a private instance, never attach to a cluster that `ray start` left on
         # this machine (that is what --ray-address is for).
-        ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+        ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
+                 runtime_env={"env_vars": dict(WORKER_THREAD_ENV)})
     configure_data_context()
 
 

@@ -290,7 +290,8 @@ class ShardInfo:
 class SplitInfo:
     num_examples: int = 0
     num_tokens: int = 0
-    num_documents: int = 0
+    num_documents: int = 0  # documents that produced at least one example of this split
+    fill: float = 0.0  # non-pad share of positions: num_tokens / (num_examples * seq_len)
 
 
 @dataclass
@@ -312,6 +313,11 @@ class Manifest:
     rejected: list[RejectedInfo] = field(default_factory=list)
     generation: str = ""
     build_key: str = ""  # identity of everything that decided this corpus (a rerun compares it)
+    # Filter stage, per detected language: {"en": {"kept": n, "dropped": m}, ...} (the documents
+    # the language block looked at; empty when it is not in filter.blocks).
+    languages: dict[str, dict[str, int]] = field(default_factory=dict)
+    # What the build found worth a look, e.g. a split whose examples are mostly padding.
+    warnings: list[str] = field(default_factory=list)
     format_version: int = FORMAT_VERSION
 
     def shards_for(self, split: str) -> list[ShardInfo]:
@@ -343,6 +349,8 @@ class Manifest:
             rejected=[RejectedInfo(**r) for r in d.get("rejected", [])],
             generation=d.get("generation", ""),
             build_key=d.get("build_key", ""),
+            languages=d.get("languages", {}),
+            warnings=list(d.get("warnings", [])),
             format_version=version,
         )
 

@@ -9,6 +9,11 @@ For byte-range reading (``ingest.read_documents(start=...)``), ``skip_foreign`` 
 splitter ignore the tail of a document that began before the range (its owner reads it), and
 ``idle()`` says no document is in progress, so a range reader may stop at its end. Line numbers
 in ``detail`` count from the start of what was read, so for a range they are relative to it.
+
+Bytes become text through ``encodings.decode`` (strict UTF-8, else a detected charset, counted in
+``Row.encoding``) after ``encodings.binary_reason`` (``ingest:binary`` per document). After each
+returned row, ``row_end`` is the stream offset just past that row's last byte: ingestion compares
+it with the verified prefix of a compressed file (``pipelines.integrity``).
 """
 from __future__ import annotations
 
@@ -16,6 +21,7 @@ import json
 from typing import NamedTuple
 
 from pipelines.config import IngestConfig
+from pipelines.encodings import binary_reason, decode
 from pipelines.text_stream import QUARANTINE_BYTES, Line
 
 
@@ -24,6 +30,8 @@ class Row(NamedTuple):
     text: str
     reason: str = ""
     detail: str = ""
+    url: str = ""  # WARC-Target-URI of a WARC record
+    encoding: str = ""  # how a kept document's bytes were decoded ("utf-8", "cp1252", ...)
 
 
 def quarantine_text(data: bytes) -> str:
@@ -31,23 +39,43 @@ def quarantine_text(data: bytes) -> str:
     return data[:QUARANTINE_BYTES].decode("utf-8", "backslashreplace")
 
 
-def line_label(line_no: int, base: int = 0) -> str:
+def line_label(line_no: int, base: int = 0, unit: str = "line") -> str:
     """``line N``; for a byte range not starting at 0, relative to where the range was entered."""
-    return f"line {line_no}" if base == 0 else f"line {line_no} after byte {base}"
+    return f"{unit} {line_no}" if base == 0 else f"{unit} {line_no} after byte {base}"
 
 
-def decode_document(path: str, data: bytes, *, offset: int, line_no: int,
-                    base: int = 0) -> tuple[str | None, Row | None]:
-    """UTF-8 text of a document, or a reject row naming the line of the first bad byte."""
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        bad_line = line_no + data.count(b"\n", 0, exc.start)
-        return None, Row(f"{path}:{offset}", quarantine_text(data), "ingest:invalid_utf8",
-                         f"{line_label(bad_line, base)}: {exc.reason} at byte {offset + exc.start}")
+class Decoding(NamedTuple):
+    """How a splitter turns bytes into text (``IngestConfig`` fields; ``detect`` is off for a
+    file transcoded from UTF-16/32, whose bytes are UTF-8 by construction)."""
+    detect: bool = True
+    fallback_encoding: str = "cp1252"
+    max_control_ratio: float = 0.05
+    label: str = ""  # the encoding to report instead of "utf-8" (a transcoded file's codec)
+
+    @classmethod
+    def of(cls, cfg: IngestConfig) -> Decoding:
+        return cls(cfg.detect_charset, cfg.fallback_encoding, cfg.max_control_ratio)
+
+
+def decode_document(path: str, data: bytes, *, offset: int, line_no: int, base: int = 0,
+                    how: Decoding = Decoding(), unit: str = "line") -> tuple[str | None, str, Row | None]:
+    """``(text, encoding, None)`` of a document, or ``(None, "", reject)`` naming the line of the
+    first bad byte (``ingest:binary`` or ``ingest:invalid_utf8``)."""
+    rid = f"{path}:{offset}"
+    binary = binary_reason(data, how.max_control_ratio)
+    if binary is not None:
+        return None, "", Row(rid, quarantine_text(data), "ingest:binary",
+                             f"{line_label(line_no, base, unit)}: {binary}")
+    text, encoding, bad = decode(data, detect=how.detect and not how.label,
+                                 fallback_encoding=how.fallback_encoding)
+    if text is None:
+        bad_line = line_no + data.count(b"\n", 0, bad)
+        what = f" (transcoded from {how.label})" if how.label else ""
+        return None, "", Row(rid, quarantine_text(data), "ingest:invalid_utf8",
+                             f"{line_label(bad_line, base, unit)}: {encoding} at byte {offset + bad}{what}")
     if offset == 0 and text.startswith("\ufeff"):
-        text = text[1:]  # a UTF-8 byte-order mark is not content
-    return text, None
+        text = text[1:]  # a byte-order mark is not content
+    return text, how.label or encoding, None
 
 
 class TextSplitter:
@@ -55,7 +83,9 @@ class TextSplitter:
 
     def __init__(self, path: str, cfg: IngestConfig):
         self.path, self.mode, self.cap = path, cfg.text_mode, cfg.max_document_bytes
+        self.how = Decoding.of(cfg)
         self.line_no = 0
+        self.row_end = 0
         self.skip_foreign = False  # inside a document that began before our byte range
         self.base = 0  # byte offset where reading started (line numbers count from there)
         self._reset()
@@ -68,6 +98,7 @@ class TextSplitter:
         self.start_line = 0
         self.parts: list[bytes] = []
         self.size = 0
+        self.end = 0  # stream offset just past the document's last line so far
         self.prefix: bytes | None = None  # set once the document is known to be oversize
 
     def feed(self, line: Line) -> Row | None:
@@ -82,6 +113,7 @@ class TextSplitter:
             self.start = 0 if self.mode == "file" else line.offset
             self.start_line = 1 if self.mode == "file" else self.line_no
         self.size += line.length
+        self.end = line.offset + line.length
         if self.prefix is None and (line.oversize or self.size > self.cap):
             self.prefix = (b"".join(self.parts) + line.data)[:QUARANTINE_BYTES]
             self.parts = []
@@ -98,41 +130,46 @@ class TextSplitter:
         if self.start is None:
             return None
         start, start_line, parts, size, prefix = self.start, self.start_line, self.parts, self.size, self.prefix
+        self.row_end = self.end
         self._reset()
         if prefix is not None:
             return Row(f"{self.path}:{start}", quarantine_text(prefix), "ingest:oversize",
                        f"{line_label(start_line, self.base)}: document of {size} bytes"
                        f" > max_document_bytes={self.cap}")
-        text, reject = decode_document(self.path, b"".join(parts), offset=start, line_no=start_line,
-                                       base=self.base)
+        text, encoding, reject = decode_document(self.path, b"".join(parts), offset=start,
+                                                 line_no=start_line, base=self.base, how=self.how)
         if reject is not None:
             return reject
         text = text.rstrip("\r\n")
         if not text.strip():
             return Row(f"{self.path}:{start}", text[:QUARANTINE_BYTES], "ingest:empty_document",
                        f"{line_label(start_line, self.base)}: only whitespace")
-        return Row(f"{self.path}:{start}", text)
+        return Row(f"{self.path}:{start}", text, encoding=encoding)
 
 
 class JsonlSplitter:
-    """One JSON object per line; the configured field is the document."""
+    """One JSON object per line (or per element of a JSON array: ``unit="record"``, fed by
+    ``json_array``); the configured field is the document."""
 
-    def __init__(self, path: str, cfg: IngestConfig):
+    def __init__(self, path: str, cfg: IngestConfig, unit: str = "line"):
         self.path, self.field, self.cap = path, cfg.jsonl_field, cfg.max_document_bytes
+        self.how, self.unit = Decoding.of(cfg), unit
+        self.row_end = 0
         self.line_no = 0
         self.skip_foreign = False  # unused: every JSONL line starts a record
         self.base = 0
 
     def feed(self, line: Line) -> Row | None:
         self.line_no += 1
-        rid, where = f"{self.path}:{line.offset}", line_label(self.line_no, self.base)
+        self.row_end = line.offset + line.length
+        rid, where = f"{self.path}:{line.offset}", line_label(self.line_no, self.base, self.unit)
         if line.oversize:
             return Row(rid, quarantine_text(line.data), "ingest:oversize",
                        f"{where}: record of {line.length} bytes > max_document_bytes={self.cap}")
         if not line.data.strip():
             return None  # blank lines separate nothing in JSONL; a trailing one is common
-        text, reject = decode_document(self.path, line.data, offset=line.offset, line_no=self.line_no,
-                                       base=self.base)
+        text, encoding, reject = decode_document(self.path, line.data, offset=line.offset, line_no=self.line_no,
+                                                 base=self.base, how=self.how, unit=self.unit)
         if reject is not None:
             return reject
         try:
@@ -150,10 +187,13 @@ class JsonlSplitter:
         if not value.strip():
             return Row(rid, value[:QUARANTINE_BYTES], "ingest:empty_document", f"{where}: empty text")
         try:
-            value.encode("utf-8")
+            data = value.encode("utf-8")
         except UnicodeEncodeError as exc:  # a "\ud800" escape: valid JSON, not valid text
             return Row(rid, text[:QUARANTINE_BYTES], "ingest:invalid_utf8", f"{where}: {exc.reason} in the text")
-        return Row(rid, value)
+        binary = binary_reason(data, self.how.max_control_ratio)  # "\u0000" escapes and the like
+        if binary is not None:
+            return Row(rid, value[:QUARANTINE_BYTES], "ingest:binary", f"{where}: {binary} in the text")
+        return Row(rid, value, encoding=encoding)
 
     def partial(self, consumed: int) -> tuple[int, bytes]:
         return consumed, b""

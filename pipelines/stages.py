@@ -38,7 +38,7 @@ from pipelines import parts, schema
 from pipelines.config import CorpusConfig
 from pipelines.ingest import Sources
 
-CODE_VERSION = "3"  # bump when a stage's output format or algorithm changes
+CODE_VERSION = "4"  # bump when a stage's output format or algorithm changes
 
 
 def _versions() -> dict[str, str]:
@@ -118,16 +118,26 @@ def _documents(run: StageRun, ds: Any, extra: dict[str, Any] | None = None) -> d
 def _ingest(run: StageRun) -> dict[str, Any]:
     from pipelines.ingest import ingest_dataset
 
-    record = _documents(run, ingest_dataset(run.sources, run.cfg.ingest))
-    record["stats"]["files"] = len(run.sources.files)
-    return record
+    rc = run.cfg.rejected
+    out = parts.write_documents(ingest_dataset(run.sources, run.cfg.ingest), data=run.data,
+                                rejected=run.rejected, prefix_chars=rc.text_prefix_chars,
+                                full_text=rc.full_text)
+    # Kept documents per encoding they were decoded with: a charset fallback is never silent.
+    encodings = {enc: c["kept"] for enc, c in sorted(out.get("encodings", {}).items())}
+    stats = {**parts.document_stats(out["reasons"]), "files": len(run.sources.files), "encodings": encodings}
+    return {"stats": stats, "files": out["files"], "rejected": out["rejected"]}
 
 
 def _filter(run: StageRun) -> dict[str, Any]:
     from pipelines.filters import filter_batch
 
     ds = run.read("ingest").map_batches(filter_batch, fn_kwargs={"cfg": run.cfg.filter}, batch_format="numpy")
-    return _documents(run, ds)
+    rc = run.cfg.rejected
+    out = parts.write_documents(ds, data=run.data, rejected=run.rejected,
+                                prefix_chars=rc.text_prefix_chars, full_text=rc.full_text)
+    # Documents the language block looked at, kept and dropped per detected language.
+    stats = {**parts.document_stats(out["reasons"]), "languages": dict(sorted(out.get("languages", {}).items()))}
+    return {"stats": stats, "files": out["files"], "rejected": out["rejected"]}
 
 
 def _exact_dedup(run: StageRun) -> dict[str, Any]:
@@ -197,6 +207,7 @@ def _pack_batch(batch: dict[str, Any], *, tokenizer_uri: str, cfg_json: str) -> 
 
 
 def _pack(run: StageRun) -> dict[str, Any]:
+    from pipelines.pack import fill, fill_warnings
     from pipelines.shard import example_summary
 
     tok = run.inputs["tokenizer"].product["tokenizer"]
@@ -213,6 +224,11 @@ def _pack(run: StageRun) -> dict[str, Any]:
              "tokens": sum(s["tokens"] for s in splits.values()), "documents_in": documents_in,
              "documents_without_examples": documents_in - sum(s.get("documents", 0) for s in splits.values()),
              "bytes_in": run.inputs["near_dedup"].stats["bytes_out"]}
+    seq_len = run.cfg.pack.seq_len
+    for s in splits.values():
+        s["fill"] = fill(s["tokens"], s["examples"], seq_len)
+    # Recorded here (publish logs them and puts them in the manifest, also when this is cached).
+    stats["warnings"] = fill_warnings(splits, seq_len, run.cfg.ingest.text_mode)
     return {"stats": stats, "files": out["files"]}
 
 

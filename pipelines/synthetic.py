@@ -2,9 +2,11 @@
 
 Nothing may be downloaded at run time, so the embedded demo corpus is generated: documents made
 of paragraphs of sentences drawn from a small grammar over a Zipf-weighted vocabulary of real
-English words. The text passes the quality filters (stop words, word lengths, alphabetic ratio)
-the way ordinary prose does, has enough lexical variety for a tokenizer to learn sub-words, and a
-tiny model can learn its regularities in minutes. ``corrupt_variants`` writes the kinds of bad
+English words. The text passes the default filter blocks (datatrove's Gopher, C4 and FineWeb
+rules, English language ID) the way ordinary prose does: ten or more sentences (over 50 words)
+per document, every paragraph ending in punctuation, several of Gopher's stop words. It has
+enough lexical variety for a tokenizer to learn sub-words, and a tiny model can learn its
+regularities in minutes. ``corrupt_variants`` writes the kinds of bad
 input a real crawl contains, so the demo shows quarantine at work.
 """
 from __future__ import annotations
@@ -34,8 +36,9 @@ _ADJS = (
     "elegant fragile stubborn generous peculiar"
 ).split()
 _ADVS = "slowly quickly often rarely carefully suddenly finally quietly eagerly patiently".split()
-_PREPS = "near across behind beyond under above through beside toward within".split()
+_PREPS = "near across behind beyond under above through beside toward within with into".split()
 _CONJ = ("and then", "but", "because", "while", "although", "so", "after", "before")
+_SAID = ("said", "wrote", "believed", "heard", "knew", "had to admit")
 _NAMES = "Ada Boris Clara Dmitri Elena Farid Greta Hiro Ines Jonas Kaori Luis Mira Nils Olga".split()
 
 
@@ -52,6 +55,8 @@ def _zipf_choice(rng: random.Random, words: tuple[str, ...] | list[str]) -> str:
 def sentence(rng: random.Random) -> str:
     subj = rng.choice(_NAMES) if rng.random() < 0.3 else f"the {_zipf_choice(rng, _ADJS)} {_zipf_choice(rng, _NOUNS)}"
     obj = f"the {_zipf_choice(rng, _NOUNS)}"
+    if rng.random() < 0.35:
+        obj += f" of the {_zipf_choice(rng, _NOUNS)}"
     parts = [subj, _zipf_choice(rng, _VERBS), obj]
     if rng.random() < 0.5:
         parts += [_zipf_choice(rng, _PREPS), "the", _zipf_choice(rng, _ADJS), _zipf_choice(rng, _NOUNS)]
@@ -59,11 +64,13 @@ def sentence(rng: random.Random) -> str:
         parts.insert(1, _zipf_choice(rng, _ADVS))
     if rng.random() < 0.35:
         parts += [rng.choice(_CONJ), rng.choice(_NAMES), _zipf_choice(rng, _VERBS), "it"]
+    if rng.random() < 0.15:
+        parts = [rng.choice(_NAMES), rng.choice(_SAID), "that", parts[0].lower() if parts[0][0] == "T" else parts[0]] + parts[1:]
     text = " ".join(parts)
     return text[0].upper() + text[1:] + rng.choice((".", ".", ".", "!", "?"))
 
 
-def document(rng: random.Random, *, paragraphs: tuple[int, int] = (2, 5), sentences: tuple[int, int] = (3, 8)) -> str:
+def document(rng: random.Random, *, paragraphs: tuple[int, int] = (2, 5), sentences: tuple[int, int] = (5, 9)) -> str:
     """One document: paragraphs (one per line, as sentence-per-line corpora are) of sentences."""
     lines = []
     for _ in range(rng.randint(*paragraphs)):
@@ -124,7 +131,11 @@ def write_bad_files(out: Path, rng: random.Random) -> None:
     (out / "bad-truncated.txt.gz").write_bytes(blob[: len(blob) // 2])
     (out / "bad-binary.txt").write_bytes(bytes(rng.randrange(256) for _ in range(4096)) + b"\x00" * 64)
     (out / "bad-empty.txt").write_bytes(b"")
-    (out / "bad-utf8.txt").write_bytes(good.encode() + b"\n\nBroken \xff\xfe bytes here in this one.\n\n" + document(rng).encode())
+    # Broken UTF-8 (valid multi-byte sequences beside stray bytes) is quarantined; a legacy
+    # single-byte text (cp1252) is decoded and counted under its encoding.
+    (out / "bad-utf8.txt").write_bytes(good.encode() + "\n\nBroken café \xff\xfe bytes here in this one.\n\n".encode(
+        "utf-8", "surrogateescape").replace(b"\xc3\xbf\xc3\xbe", b"\xff\xfe") + document(rng).encode())
+    (out / "legacy-cp1252.txt").write_bytes(document(rng).replace("the ", "the naïve ", 3).encode("cp1252"))
     (out / "bad-short.txt").write_text("too short\n\nspam spam spam spam spam spam\n")
     (out / "bad-json.jsonl").write_text('{"text": "' + document(rng).replace("\n", "\\n") + '"}\n{not json\n{"body": "no text field"}\n')
 

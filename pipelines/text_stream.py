@@ -4,7 +4,9 @@ Raw corpora arrive as multi-GB files, often compressed, sometimes damaged. Two r
 module:
 
 * **Never hold more than a bounded amount of one file in memory.** Input is read in fixed chunks
-  (``CHUNK``) and split on ``b"\\n"``. A line longer than ``max_line`` is not accumulated: the
+  (``CHUNK``) and split into lines at ``\\n``, ``\\r\\n`` or a lone ``\\r`` (old Mac files), as
+  Python's universal newlines do; a chunk ending in ``\\r`` is joined with the next one so a
+  ``\\r\\n`` across chunks stays one line end. A line longer than ``max_line`` is not accumulated: the
   splitter keeps a short prefix (for the quarantine record), counts the rest while discarding it,
   and reports the line as oversize with its true length and offset.
 * **Damage is data, not a crash.** A truncated or corrupt gzip/bz2/zstd stream raises one of
@@ -158,21 +160,22 @@ class LineReader:
         return self.position - self.base
 
     def _chunks(self) -> Iterator[bytes]:
-        if self._head:
-            self.position += len(self._head)
-            yield self._head
-            self._head = b""
-        while block := read_some(self._stream, self._chunk):
+        block, self._head = self._head, b""
+        while block or (block := read_some(self._stream, self._chunk)):
+            while block.endswith(b"\r") and (more := read_some(self._stream, self._chunk)):
+                block += more  # a "\r\n" split across chunks is one line end
             self.position += len(block)
             yield block
+            block = b""
 
     def __iter__(self) -> Iterator[Line]:
         pending: list[bytes] = []  # pieces of the current unfinished line (joined once, at its end)
         pending_len = 0
         skip_prefix: bytes | None = None  # set while discarding the rest of an oversize line
         for block in self._chunks():
-            nl = block.find(b"\n")
-            if nl < 0:
+            cr = b"\r" in block
+            stop = line_end(block, 0, cr)
+            if stop < 0:
                 if skip_prefix is None:
                     pending.append(block)
                     pending_len += len(block)
@@ -182,16 +185,16 @@ class LineReader:
                 self.tail = (pending[0] if pending else b"")[:QUARANTINE_BYTES]
                 continue
             if skip_prefix is not None:
-                end = self.position - len(block) + nl + 1
+                end = self.position - len(block) + stop
                 yield Line(self.consumed, skip_prefix, end - self.consumed, True)
                 self.consumed, skip_prefix = end, None
             else:
-                pending.append(block[:nl + 1])
+                pending.append(block[:stop])
                 yield self._line(b"".join(pending))
-            start = nl + 1
-            while (nl := block.find(b"\n", start)) >= 0:
-                yield self._line(block[start:nl + 1])
-                start = nl + 1
+            start = stop
+            while (stop := line_end(block, start, cr)) >= 0:
+                yield self._line(block[start:stop])
+                start = stop
             pending = [block[start:]] if start < len(block) else []
             pending_len = len(block) - start
             self.tail = block[start:start + QUARANTINE_BYTES]
@@ -212,10 +215,24 @@ class LineReader:
         return Line(offset, data, n, False)
 
 
+def line_end(block: bytes, start: int, cr: bool) -> int:
+    """Index just past the first line end (``\\n``, ``\\r\\n``, ``\\r``) at or after ``start``; -1 if none.
+
+    ``cr`` says whether ``block`` holds any ``\\r`` (one scan per block keeps ``\\n`` files fast).
+    """
+    nl = block.find(b"\n", start)
+    if not cr:
+        return nl + 1 if nl >= 0 else -1
+    r = block.find(b"\r", start, nl if nl >= 0 else len(block))
+    if r < 0:
+        return nl + 1 if nl >= 0 else -1
+    return r + 2 if block[r + 1:r + 2] == b"\n" else r + 1
+
+
 # ---------------------------------------------------------------------------------------------
 # Byte ranges of an uncompressed file
 # ---------------------------------------------------------------------------------------------
-_WHITESPACE = frozenset(b" \t\r\x0b\x0c")
+_WHITESPACE = frozenset(b" \t\x0b\x0c")
 
 
 def first_line_start(raw: BinaryIO, start: int, *, block: int = 1 << 16) -> int:
@@ -225,9 +242,11 @@ def first_line_start(raw: BinaryIO, start: int, *, block: int = 1 << 16) -> int:
     raw.seek(start - 1)
     pos = start - 1
     while data := raw.read(block):
-        nl = data.find(b"\n")
-        if nl >= 0:
-            return pos + nl + 1
+        stop = line_end(data, 0, b"\r" in data)
+        if stop >= 0:
+            if stop == len(data) and data.endswith(b"\r") and raw.read(1) == b"\n":
+                stop += 1  # the "\r" ended this read; its "\n" is the next byte
+            return pos + stop
         pos += len(data)
     return pos
 
@@ -235,18 +254,35 @@ def first_line_start(raw: BinaryIO, start: int, *, block: int = 1 << 16) -> int:
 def previous_line_blank(raw: BinaryIO, line_start: int, *, block: int = 4096) -> bool:
     """Whether the line ending just before ``line_start`` is blank (whitespace only).
 
-    Scans backwards from ``line_start - 2`` (the byte before that line's ``\n``); it usually
+    Scans backwards from just before that line's end (``\\n``, ``\\r\\n`` or ``\\r``); it usually
     stops at the first byte. The start of the file counts as a blank line.
     """
-    end = line_start - 1  # position of the "\n" that ends the previous line
+    back = _backwards(raw, line_start, block)
+    byte = next(back, None)  # the last byte of the previous line's end
+    if byte is None:
+        return True
+    byte = next(back, None)
+    if byte == 0x0D and line_start >= 2 and _byte_at(raw, line_start - 1) == 0x0A:
+        byte = next(back, None)  # "\r\n": one line end
+    while byte is not None:
+        if byte in (0x0A, 0x0D):
+            return True
+        if byte not in _WHITESPACE:
+            return False
+        byte = next(back, None)
+    return True
+
+
+def _byte_at(raw: BinaryIO, pos: int) -> int:
+    raw.seek(pos)
+    return raw.read(1)[0]
+
+
+def _backwards(raw: BinaryIO, end: int, block: int) -> Iterator[int]:
+    """The bytes before ``end``, last first."""
     while end > 0:
         begin = max(0, end - block)
         raw.seek(begin)
         data = raw.read(end - begin)
-        for byte in reversed(data):
-            if byte == 0x0A:
-                return True
-            if byte not in _WHITESPACE:
-                return False
+        yield from reversed(data)
         end = begin
-    return True

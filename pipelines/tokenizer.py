@@ -20,12 +20,27 @@ Determinism. ``tokenizers`` 0.23 training is not reproducible out of the box (to
   learn different vocabularies. Fix: every ``##c`` the corpus can produce is registered up front,
   in sorted order, as a trainer "special token" (special tokens get their ids first and in the
   given order); afterwards they are removed from the added-token list again and stay ordinary
-  vocabulary entries. The set is a superset (every normalised non-punctuation character), which
-  costs a few vocabulary slots for characters that only ever start a word.
+  vocabulary entries. The set is every character of the alphabet that can follow another one
+  inside a word, probed with the tokenizer's own normaliser and pre-tokenizer: punctuation
+  (isolated by ``BertPreTokenizer``) and CJK ideographs (spaced by ``BertNormalizer``) never
+  get a ``##`` entry, which could never be produced. Characters that only start words in the
+  sample still get one (a few slots; any other word can produce it).
+* The trainer's ``limit_alphabet`` cut sorts equal counts in hash-map order. Fix: the
+  alphabet (``TokenizerConfig.limit_alphabet`` most frequent characters of the normalised
+  sample, ties by code point) is computed here and given as the trainer's initial alphabet with
+  a limit of its own size, so the trainer drops exactly the other characters; they encode as
+  ``[UNK]``. The Unigram trainer has no such limit: pieces with a character outside the same
+  alphabet are removed after training (the vocabulary comes out that much smaller).
 * Unigram sums floats in hash-map order, so scores differ in the last bits and near-equal pieces
   can swap ids; and the characters it appends after EM get a score ladder (min + k * 1e-4) in
   hash-map order. Fix: scores are rounded to 1e-6, the ladder is reassigned in character order,
   and pieces are re-sorted by (score, piece).
+
+Export: ``hf_files`` writes ``tokenizer.json``, ``tokenizer_config.json`` naming the
+``transformers`` class that reproduces it, and ``vocab.txt`` only for BERT-style WordPiece.
+transformers' BERT/ELECTRA tokenizer classes rebuild a BERT WordPiece from any vocabulary, so
+for every other tokenizer the config holds a value that makes them raise (``NOT_BERT``) instead
+of encoding nearly everything as ``[UNK]``.
 
 Trade-off of the sample: the sample is bounded in bytes (``TokenizerConfig.sample_bytes``) and
 chosen by a hash of (seed, uid), so it does not depend on Ray's block order; rare words outside
@@ -36,6 +51,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import unicodedata
+from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
@@ -51,6 +67,7 @@ KINDS = ("wordpiece", "unigram")
 MODEL_MAX_LENGTH = 512
 _SCORE_DECIMALS = 6
 _LADDER_STEP = 1e-4  # tokenizers' Unigram penalty step for characters added after EM
+_METASPACE = "\u2581"  # the word-start marker of the Metaspace pre-tokenizer
 _SAMPLE_SLACK = 1.1  # over-sample by 10%, then trim by hash order to the exact byte bound
 
 
@@ -90,32 +107,51 @@ def _attach_post_processor(tok: Tokenizer) -> None:
 
 
 # ---------------------------------------------------------------- training
-def _is_split_off(ch: str) -> bool:
-    """Characters BertPreTokenizer always makes a word of their own (never a ``##`` piece)."""
-    if ch.isspace():
-        return True
-    cp = ord(ch)
-    if 33 <= cp <= 47 or 58 <= cp <= 64 or 91 <= cp <= 96 or 123 <= cp <= 126:
-        return True
-    return unicodedata.category(ch).startswith("P")
+def _alphabet(texts: list[str], normalizer: normalizers.Normalizer, limit: int | None, *,
+              compose: bool = False) -> list[str]:
+    """The characters the vocabulary may contain, sorted: every non-space character of the
+    normalised sample, or with ``limit`` the ``limit`` most frequent (ties by code point, so the
+    choice never depends on hash order as the trainer's own cut does).
 
-
-def _continuation_alphabet(texts: list[str], normalizer: normalizers.Normalizer) -> list[str]:
-    """Sorted ``##c`` for every character normalisation can produce inside a word."""
-    raw: set[str] = set()
+    Characters are counted raw (numpy) and each distinct one normalised alone: normalising the
+    whole sample through ``tokenizers`` is many times slower. That is exact for BertNormalizer,
+    which works character by character; NFKC composes across characters, so with ``compose`` the
+    text is NFKC-composed first (the Unigram normaliser starts with NFKC).
+    """
+    raw: Counter[str] = Counter()
     for t in texts:
-        raw.update(t)
-    chars: set[str] = set()
-    for ch in raw:
-        chars.update(normalizer.normalize_str(ch))
-    return [f"##{c}" for c in sorted(chars) if not _is_split_off(c)]
+        t = unicodedata.normalize("NFKC", t) if compose else t
+        codes, n = np.unique(np.frombuffer(t.encode("utf-32-le", "surrogatepass"), np.uint32), return_counts=True)
+        raw.update(dict(zip(map(chr, codes.tolist()), n.tolist())))
+    counts: Counter[str] = Counter()
+    for ch, n in raw.items():
+        for c in normalizer.normalize_str(ch):
+            if not c.isspace():
+                counts[c] += n
+    chars = sorted(counts, key=lambda c: (-counts[c], c))
+    return sorted(chars if limit is None else chars[:limit])
+
+
+def _continues_words(tok: Tokenizer, chars: list[str]) -> list[str]:
+    """The characters that can follow another character inside a word. The others are always
+    a word of their own (``BertPreTokenizer`` isolates punctuation, ``BertNormalizer`` puts
+    spaces around CJK ideographs), so a ``##c`` entry for them could never be produced.
+    Probed with the tokenizer's own normaliser and pre-tokenizer, so no rule is copied here."""
+    def joined(c: str) -> bool:
+        words = tok.pre_tokenizer.pre_tokenize_str(tok.normalizer.normalize_str("a" + c))
+        return len(words) == 1
+    return [c for c in chars if joined(c)]
 
 
 def _train_wordpiece(tok: Tokenizer, texts: list[str], cfg: TokenizerConfig) -> Tokenizer:
-    pinned = _continuation_alphabet(texts, tok.normalizer)
+    alphabet = _alphabet(texts, tok.normalizer, cfg.limit_alphabet)
+    pinned = [f"##{c}" for c in _continues_words(tok, alphabet)]
+    # With a limit the chosen characters go in as the initial alphabet: the trainer ranks them
+    # above every other character, so its cut removes exactly the others.
+    limit = {} if cfg.limit_alphabet is None else {"limit_alphabet": len(alphabet), "initial_alphabet": alphabet}
     trainer = trainers.WordPieceTrainer(
         vocab_size=cfg.vocab_size, min_frequency=cfg.min_frequency, show_progress=False,
-        special_tokens=list(schema.SPECIAL_TOKENS) + pinned, continuing_subword_prefix="##")
+        special_tokens=list(schema.SPECIAL_TOKENS) + pinned, continuing_subword_prefix="##", **limit)
     tok.train_from_iterator(texts, trainer=trainer, length=len(texts))
     # The pinned ##c were only there to fix their ids: make them ordinary vocabulary again.
     spec = json.loads(tok.to_str())
@@ -131,6 +167,11 @@ def _train_unigram(tok: Tokenizer, texts: list[str], cfg: TokenizerConfig) -> To
     vocab = spec["model"]["vocab"]
     head = [p for p in vocab if p[0] in schema.SPECIAL_TOKENS]
     rest = [[p, round(s, _SCORE_DECIMALS)] for p, s in vocab if p not in schema.SPECIAL_TOKENS]
+    if cfg.limit_alphabet is not None:
+        # The trainer has no alphabet limit: drop every piece with a character outside the
+        # limited alphabet, so those characters encode as [UNK] as with WordPiece.
+        allowed = set(_alphabet(texts, tok.normalizer, cfg.limit_alphabet, compose=True)) | {_METASPACE}
+        rest = [ps for ps in rest if set(ps[0]) <= allowed]
     spec["model"]["vocab"] = head + _canonical_ladder(rest)
     spec["model"]["unk_id"] = [p for p, _ in head].index("[UNK]")
     return Tokenizer.from_str(json.dumps(spec))
@@ -280,19 +321,39 @@ def _check_specials(tok: Tokenizer, *, where: str) -> dict[str, int]:
 
 
 # ---------------------------------------------------------------- output
-def _is_wordpiece(tok: Tokenizer) -> bool:
-    return json.loads(tok.model.__getstate__())["type"] == "WordPiece"
+# transformers' BertTokenizer (= BertTokenizerFast, ElectraTokenizer, ElectraTokenizerFast in
+# transformers 5) ignores the model in tokenizer.json: it rebuilds WordPiece + BertNormalizer +
+# BertPreTokenizer from the vocabulary. For any other tokenizer that gives wrong ids (a Unigram
+# vocabulary encodes as nearly all [UNK]) without a word. This value makes its BertNormalizer
+# raise instead; AutoTokenizer and PreTrainedTokenizerFast, which load tokenizer.json as it is,
+# keep it as an unused attribute.
+NOT_BERT = ("not a BERT WordPiece tokenizer: load it with AutoTokenizer or PreTrainedTokenizerFast, "
+            "not BertTokenizer(Fast) or ElectraTokenizer(Fast)")
 
 
-def _config_json(tok: Tokenizer, cfg: TokenizerConfig) -> dict[str, Any]:
+def _spec(component: Any) -> dict[str, Any]:
+    return json.loads(component.__getstate__()) if component is not None else {}
+
+
+def is_bert_compatible(tok: Tokenizer) -> bool:
+    """Whether transformers' BertTokenizer would rebuild exactly this tokenizer: WordPiece with
+    ``##`` pieces, a BertNormalizer that cleans text, the BertPreTokenizer."""
+    model, norm = _spec(tok.model), _spec(tok.normalizer)
+    return (model.get("type") == "WordPiece" and model.get("continuing_subword_prefix") == "##"
+            and norm.get("type") == "BertNormalizer" and norm.get("clean_text") is True
+            and _spec(tok.pre_tokenizer).get("type") == "BertPreTokenizer")
+
+
+def _config_json(tok: Tokenizer) -> dict[str, Any]:
     specials = {"pad_token": "[PAD]", "unk_token": "[UNK]", "cls_token": "[CLS]",
                 "sep_token": "[SEP]", "mask_token": "[MASK]"}
     base = {"model_max_length": MODEL_MAX_LENGTH, "padding_side": "right",
             "model_input_names": ["input_ids", "token_type_ids", "attention_mask"], **specials}
-    if _is_wordpiece(tok):
-        return {"tokenizer_class": "BertTokenizerFast", "do_lower_case": cfg.lowercase,
-                "strip_accents": cfg.strip_accents, "tokenize_chinese_chars": True, **base}
-    return {"tokenizer_class": "PreTrainedTokenizerFast", **base}
+    if is_bert_compatible(tok):
+        lowercase, strip_accents = _normalizer_flags(tok, TokenizerConfig())
+        return {"tokenizer_class": "BertTokenizerFast", "do_lower_case": lowercase, "strip_accents": strip_accents,
+                "tokenize_chinese_chars": bool(_spec(tok.normalizer).get("handle_chinese_chars")), **base}
+    return {"tokenizer_class": "PreTrainedTokenizerFast", "tokenize_chinese_chars": NOT_BERT, **base}
 
 
 def _vocab_lines(tok: Tokenizer) -> bytes:
@@ -306,14 +367,24 @@ def _vocab_lines(tok: Tokenizer) -> bytes:
     return "".join(f"{t}\n" for t, _ in by_id).encode("utf-8")
 
 
+def hf_files(tok: Tokenizer) -> dict[str, bytes]:
+    """The tokenizer files of a folder that ``transformers`` loads: ``tokenizer.json`` (last),
+    ``tokenizer_config.json`` with the class to use, and ``vocab.txt`` only for a tokenizer the
+    BERT classes rebuild exactly (a Unigram ``vocab.txt`` would read as a WordPiece one, in
+    transformers' BERT classes and in ``load_pretrained``, and encode as [UNK])."""
+    config = json.dumps(_config_json(tok), indent=2, sort_keys=True) + "\n"
+    files = {"vocab.txt": _vocab_lines(tok)} if is_bert_compatible(tok) else {}
+    files["tokenizer_config.json"] = config.encode()
+    files["tokenizer.json"] = tok.to_str(pretty=True).encode("utf-8")
+    return files
+
+
 def _write(tok: Tokenizer, *, kind: str, cfg: TokenizerConfig, out_dir: str) -> schema.TokenizerInfo:
-    """The three tokenizer files into ``out_dir`` (any storage location); ``tokenizer.json`` last."""
+    """The tokenizer files (``hf_files``) into ``out_dir`` (any storage location)."""
     out = str(out_dir)
-    tok_json = tok.to_str(pretty=True).encode("utf-8")
-    storage.write_bytes(storage.join(out, "vocab.txt"), _vocab_lines(tok))
-    config = json.dumps(_config_json(tok, cfg), indent=2, sort_keys=True) + "\n"
-    storage.write_bytes(storage.join(out, "tokenizer_config.json"), config.encode())
-    storage.write_bytes(storage.join(out, "tokenizer.json"), tok_json)
+    files = hf_files(tok)
+    for name, data in files.items():
+        storage.write_bytes(storage.join(out, name), data)
     return schema.TokenizerInfo(kind=kind, vocab_size=tok.get_vocab_size(with_added_tokens=True),
-                                sha256=sha256_bytes(tok_json), lowercase=cfg.lowercase,
+                                sha256=sha256_bytes(files["tokenizer.json"]), lowercase=cfg.lowercase,
                                 special_tokens=_check_specials(tok, where=storage.join(out, "tokenizer.json")))

@@ -10,6 +10,10 @@ from safetensors.torch import load_file
 from electra.config import ModelConfig
 from electra.hf_export import encoder_from_hf, encoder_to_hf, export_hf, import_hf, load_discriminator_encoder
 from electra.model import ElectraForPretraining
+from pipelines.config import TokenizerConfig
+from pipelines.synthetic import documents
+from pipelines.tokenizer import train_tokenizer
+from tests.pipelines.test_tokenizer import HF_CLASSES, check_hf_class
 
 transformers = pytest.importorskip("transformers")
 
@@ -73,9 +77,7 @@ def test_layout_configs_and_shared_embeddings_in_both(tmp_path):
     cfg = ModelConfig(**CONFIGS["projected"])
     model = perturbed(cfg)
     tok = tmp_path / "tok"
-    tok.mkdir()
-    for name, text in (("tokenizer.json", "{}"), ("vocab.txt", "[PAD]\n"), ("tokenizer_config.json", "{}")):
-        (tok / name).write_text(text)
+    train_tokenizer(documents(40, seed=2), TokenizerConfig(vocab_size=60), str(tok))
     out = export_hf(model, cfg, tmp_path / "hf", tokenizer_dir=tok)
     for sub, arch, hidden, heads, ffn in (("discriminator", "ElectraForPreTraining", 64, 2, 96),
                                           ("generator", "ElectraForMaskedLM", 32, 1, 128)):
@@ -90,9 +92,35 @@ def test_layout_configs_and_shared_embeddings_in_both(tmp_path):
         assert torch.equal(state["electra.embeddings.LayerNorm.weight"], model.embeddings.LayerNorm.weight)
         assert torch.equal(state["electra.embeddings.word_embeddings.weight"],
                            model.embeddings.word_embeddings.weight)
+        for name in ("tokenizer.json", "vocab.txt", "tokenizer_config.json"):
+            assert (folder / name).read_bytes() == (tok / name).read_bytes()
     assert not list(tmp_path.glob(".hf.*"))  # no temporary folders left behind
     with pytest.raises(FileNotFoundError, match="no tokenizer.json"):
         export_hf(model, cfg, tmp_path / "hf2", tokenizer_dir=tmp_path)
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "tokenizer.json").write_text("{}")
+    with pytest.raises(ValueError, match="bad/tokenizer.json"):
+        export_hf(model, cfg, tmp_path / "hf2", tokenizer_dir=tmp_path / "bad")
+
+
+@pytest.mark.parametrize("kind", ["wordpiece", "unigram"])
+def test_exported_tokenizer_loads_the_same_ids_in_every_class_or_refuses(tmp_path, kind):
+    """Beside the model (config.json says model_type electra) as in the corpus folder: a BERT
+    WordPiece loads through every class; a Unigram through the generic ones, and the BERT/ELECTRA
+    classes refuse it rather than encode it as [UNK]. A stale vocab.txt or tokenizer_config.json
+    in the run's folder (written by an older version) is not carried over."""
+    cfg = ModelConfig(**CONFIGS["projected"])
+    tok = tmp_path / "tok"
+    train_tokenizer(documents(40, seed=2), TokenizerConfig(kind=kind, vocab_size=60), str(tok))
+    (tok / "vocab.txt").write_text("".join(f"{t}\n" for t in json.loads((tok / "tokenizer.json").read_text())
+                                           ["model"]["vocab"]) if kind == "wordpiece" else "[PAD]\n[UNK]\n")
+    (tok / "tokenizer_config.json").write_text('{"tokenizer_class": "ElectraTokenizerFast"}')
+    out = export_hf(perturbed(cfg), cfg, tmp_path / "hf", tokenizer_dir=tok)
+    folder = out / "discriminator"
+    assert (folder / "vocab.txt").exists() == (kind == "wordpiece")
+    got = {name: check_hf_class(folder, name) for name in HF_CLASSES}
+    generic = ("AutoTokenizer", "PreTrainedTokenizerFast")
+    assert got == {n: "same" if n in generic or kind == "wordpiece" else "refused" for n in HF_CLASSES}
 
 
 def test_reexport_replaces_the_folder_atomically(tmp_path):

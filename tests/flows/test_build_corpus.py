@@ -102,6 +102,9 @@ def test_bad_input_is_counted_and_quarantined(corpus):
                    "dedup:exact", "dedup:near"):
         assert dropped.get(reason, 0) >= 1, (reason, dropped)
     assert any(r.startswith("filter:") for r in dropped), dropped
+    # The cp1252 file is read, not rejected: its document is decoded and counted by encoding.
+    encodings = manifest["stats"]["ingest"]["encodings"]
+    assert encodings.get("cp1252", 0) >= 1 and encodings["utf-8"] >= NUM_DOCS * 0.9, encodings
     assert dropped["dedup:exact"] >= int(NUM_DOCS * 0.05) * 0.9
     reasons = []
     for r in manifest["rejected"]:
@@ -154,9 +157,9 @@ def test_config_file_is_not_overridden_by_flags_that_were_not_passed(tmp_path):
     cfg = corpus_config(config=str(path))
     assert (cfg.tokenizer.kind, cfg.tokenizer.lowercase, cfg.tokenizer.strip_accents) == ("unigram", False, False)
     cfg = corpus_config(config=str(path), tokenizer="wordpiece", lowercase=True, seed=3,
-                        overrides=["filter.min_words=50"])
+                        overrides=["filter.gopher_quality.min_doc_words=80"])
     assert (cfg.tokenizer.kind, cfg.tokenizer.lowercase, cfg.pack.seed, cfg.tokenizer.sample_seed,
-            cfg.filter.min_words) == ("wordpiece", True, 3, 3, 50)
+            cfg.filter.gopher_quality.min_doc_words) == ("wordpiece", True, 3, 3, 80)
     with pytest.raises(ConfigError, match=r"tokenizer\.kind: 'bpe'"):
         corpus_config(config={"tokenizer": {"kind": "bpe"}})
     with pytest.raises(ConfigError, match=r"pack\.seq_len: expected int"):

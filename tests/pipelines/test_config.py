@@ -56,9 +56,11 @@ def test_wrong_types_are_errors_naming_the_key(raw, match):
 
 def test_numbers_json_writes_as_floats_and_nulls():
     cfg = CorpusConfig.from_dict({"shard": {"target_bytes": 1e8, "chunk_tokens": 4096},
-                                  "filter": {"min_alpha_ratio": 1}, "tokenizer": {"pretrained": None}})
+                                  "filter": {"gopher_quality": {"max_non_alpha_words_ratio": 1}},
+                                  "tokenizer": {"pretrained": None}})
     assert cfg.shard.target_bytes == 100_000_000 and isinstance(cfg.shard.target_bytes, int)
-    assert cfg.filter.min_alpha_ratio == 1.0 and isinstance(cfg.filter.min_alpha_ratio, float)
+    ratio = cfg.filter.gopher_quality.max_non_alpha_words_ratio
+    assert ratio == 1.0 and isinstance(ratio, float)
     assert cfg.tokenizer.pretrained is None
     assert CorpusConfig.from_dict({"tokenizer": {"pretrained": "s3://b/vocab.txt"}}).tokenizer.pretrained \
         == "s3://b/vocab.txt"
@@ -96,7 +98,7 @@ def test_overrides_get_the_same_checks(tmp_path):
 def test_sections_are_what_a_stage_key_covers():
     """A stage's key covers its sections only: a filter change leaves ingest's sections alone."""
     a, b = CorpusConfig(), CorpusConfig()
-    b.filter.min_words = 7
+    b.filter.gopher_quality.min_doc_words = 7
     assert a.sections(("ingest", "rejected")) == b.sections(("ingest", "rejected"))
     assert a.sections(("filter", "rejected")) != b.sections(("filter", "rejected"))
     assert set(a.sections(("pack", "shard"))) == {"pack", "shard"}

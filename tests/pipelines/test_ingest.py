@@ -22,6 +22,7 @@ from pipelines.config import IngestConfig
 from pipelines.ingest import SourceError, Sources, ingest_dataset, read_documents, resolve_sources
 
 CFG = IngestConfig()
+STRICT = dataclasses.replace(CFG, detect_charset=False)  # non-UTF-8 stays ingest:invalid_utf8
 COMPRESS = {
     None: lambda b: b,
     "gz": gzip.compress,
@@ -44,7 +45,7 @@ def make_docs(n: int, seed: int = 0) -> list[str]:
 def rows(path, cfg=CFG, name=None) -> list[dict]:
     out = []
     for batch in read_documents(str(path), cfg, name=name):
-        assert set(batch) == {"id", "uid", "text", "reason", "detail"}
+        assert set(batch) == {"id", "uid", "text", "reason", "detail", "url", "encoding"}
         assert len(batch["id"]) <= cfg.batch_size
         out += [{k: batch[k][i] for k in batch} for i in range(len(batch["id"]))]
     return out
@@ -170,7 +171,12 @@ def test_truncated_compressed_file_keeps_documents_before_damage(tmp_path, comp)
     blob = bz2.compress(payload, 1) if comp == "bz2" else COMPRESS[comp](payload)
     path = tmp_path / f"cut.txt.{comp}"
     path.write_bytes(blob[: len(blob) // 2])
-    rs = rows(path)
+    # By default the cut member cannot be verified: none of its documents is kept.
+    strict = rows(path)
+    assert {r["reason"] for r in strict} == {"ingest:corrupt_compression"} and len(strict) > 100
+    assert "truncated" in strict[0]["detail"]
+    rs = rows(path, dataclasses.replace(CFG, keep_truncated_member=True))
+    assert [r["id"] for r in rs] == [r["id"] for r in strict]
     good, bad = rs[:-1], rs[-1]
     assert bad["reason"] == "ingest:corrupt_compression" and "byte" in bad["detail"]
     assert all(r["reason"] == "" for r in good) and len(good) > 100
@@ -197,7 +203,7 @@ def test_binary_file(tmp_path):
 def test_invalid_utf8_rejects_only_that_document(tmp_path):
     path = tmp_path / "mixed.txt"
     path.write_bytes(b"good one\n\ngood two\nmore\n\nbad line ok\nbroken \xff\xfe here\n\ngood three\n")
-    rs = rows(path)
+    rs = rows(path, STRICT)
     assert kept(rs) == ["good one", "good two\nmore", "good three"]
     (bad,) = [r for r in rs if r["reason"]]
     assert bad["reason"] == "ingest:invalid_utf8" and bad["detail"].startswith("line 7:")
@@ -223,7 +229,7 @@ def test_bad_json_lines(tmp_path):
     path = tmp_path / "recs.jsonl"
     path.write_bytes(b'{"text": "one"}\n{not json\n{"body": "x"}\n[1, 2]\n{"text": 5}\n'
                      b'{"text": "bad \xff utf8"}\n{"text": "two"}\n')
-    rs = rows(path)
+    rs = rows(path, STRICT)
     assert [r["reason"] for r in rs] == ["", "ingest:bad_json", "ingest:missing_field", "ingest:missing_field",
                                          "ingest:missing_field", "ingest:invalid_utf8", ""]
     assert kept(rs) == ["one", "two"]
@@ -297,25 +303,29 @@ def test_ingest_dataset_mix_of_good_and_bad_files(tmp_path, ray_local):
     (tmp_path / "bad-cut.txt.gz").write_bytes(cut[: len(cut) // 2])
     (tmp_path / "bad-binary.txt").write_bytes(b"\x00\x01\x02" * 100)
     (tmp_path / "bad-empty.txt").write_bytes(b"")
-    (tmp_path / "bad-utf8.txt").write_bytes(b"fine doc\n\nbroken \xc3\x28 doc\n")
+    (tmp_path / "bad-utf8.txt").write_bytes(b"fine doc\n\nbroken caf\xc3\xa9 \xc3\x28 doc\n")  # damaged UTF-8
+    (tmp_path / "latin.txt").write_bytes("Caf\u00e9 cr\u00e8me \u201cbr\u00fbl\u00e9e\u201d\n".encode("cp1252"))
     (tmp_path / "bad-oversize.txt").write_bytes(b"z" * 50_000 + b"\n\nshort neighbour\n")
     paths = resolve_sources([str(tmp_path)])
     cfg = dataclasses.replace(CFG, batch_size=8, max_document_bytes=20_000)
     ds = ingest_dataset(paths, cfg)
     schema = ds.schema()
-    assert list(schema.names) == ["id", "uid", "text", "reason", "detail"]
-    assert [str(t) for t in schema.types] == ["string", "int64", "string", "string", "string"]
+    assert list(schema.names) == ["id", "uid", "text", "reason", "detail", "url", "encoding"]
+    assert [str(t) for t in schema.types] == ["string", "int64", "string", "string", "string", "string", "string"]
     out = ds.take_all()
     good = [r for r in out if r["reason"] == ""]
     ids = [r["id"] for r in out]
     assert len(ids) == len(set(ids))  # nothing read twice
     folder = tmp_path.name  # names start with the source folder's own name
     assert {r["id"].rsplit(":", 1)[0] for r in out} == {f"{folder}/{Path(f).name}" for f in paths.files}
-    from_good_files = [r["text"] for r in good if not r["id"].startswith(f"{folder}/bad-")]
+    from_good_files = [r["text"] for r in good if not r["id"].startswith((f"{folder}/bad-", f"{folder}/latin"))]
     assert Counter(from_good_files) == Counter(docs)  # every good document exactly once
+    assert [(r["text"], r["encoding"]) for r in good if "latin" in r["id"]] == [
+        ("Caf\u00e9 cr\u00e8me \u201cbr\u00fbl\u00e9e\u201d", "cp1252")]
     assert {"fine doc", "short neighbour"} <= {r["text"] for r in good}
     reasons = Counter(r["reason"] for r in out if r["reason"])
-    assert reasons == {"ingest:corrupt_compression": 1, "ingest:binary": 1, "ingest:empty_file": 1,
+    assert reasons.pop("ingest:corrupt_compression") > 100  # the cut gzip member: nothing kept from it
+    assert reasons == {"ingest:binary": 1, "ingest:empty_file": 1,
                        "ingest:invalid_utf8": 1, "ingest:bad_json": 1, "ingest:oversize": 1}
     assert {r["uid"] for r in out} == {stable_uid(i) for i in ids}
     # Reading big files as byte ranges in parallel gives the same rows.

@@ -256,3 +256,51 @@ def test_packer_under_ray_data_matches_direct_call(ray_local, tokenizer_json):
                         batch_format="numpy", batch_size=8, concurrency=(1, 2))
     got = dict(_example(r["uid"], r["ordinal"], r["split"], r["input_ids"], r["b_start"]) for r in ds.take_all())
     assert got == ref
+
+
+_THREADS_SCRIPT = r'''
+import json, os, sys
+import numpy as np
+import ray
+from pipelines.raydata import init_ray
+from pipelines.stages import _pack_batch, _packer
+from pipelines.synthetic import documents
+
+def threads():
+    return len(os.listdir("/proc/self/task"))
+
+def pack_and_count(uri, cfg_json, texts):
+    batch = {"uid": np.arange(len(texts), dtype=np.int64), "text": np.array(texts, dtype=object)}
+    _packer(uri, cfg_json)  # the worker's set-up: reads the tokenizer, encodes nothing
+    before = threads()
+    _pack_batch(batch, tokenizer_uri=uri, cfg_json=cfg_json)
+    return before, threads(), os.environ.get("TOKENIZERS_PARALLELISM"), os.environ.get("RAYON_NUM_THREADS")
+
+uri, cfg_json, texts = sys.argv[1], sys.argv[2], documents(300, seed=2)
+init_ray(num_cpus=2)
+task = ray.get(ray.remote(num_cpus=1)(pack_and_count).remote(uri, cfg_json, texts))
+driver = pack_and_count(uri, cfg_json, texts)  # the driver keeps its environment: the control
+print(json.dumps({"task": task, "driver": driver}))
+'''
+
+
+def test_packing_in_a_ray_task_uses_one_tokenizer_thread(tokenizer_json):
+    """A Ray task holds one CPU: ``init_ray`` gives its workers one ``tokenizers`` thread, even
+    when the user's environment (as here) lets ``tokenizers`` use every core. The driver, which
+    has that environment, is the control: the same call there starts the Rust thread pool."""
+    import dataclasses
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in ("TOKENIZERS_PARALLELISM", "RAYON_NUM_THREADS")}
+    cfg_json = json.dumps(dataclasses.asdict(PackConfig(seq_len=64)), sort_keys=True)
+    proc = subprocess.run([sys.executable, "-c", _THREADS_SCRIPT, tokenizer_json, cfg_json],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    before, after, parallelism, rayon = got["task"]
+    assert (parallelism, rayon) == ("false", "1") and after - before <= 1
+    d_before, d_after, d_parallelism, _ = got["driver"]
+    assert d_parallelism is None and d_after - d_before >= min(2, os.cpu_count())

@@ -20,7 +20,8 @@ from tests.pipelines.test_ingest import CFG, COMPRESS, make_docs, text_payload
 def tricky_text() -> bytes:
     docs = make_docs(12, seed=21)
     return (b"\n\n" + docs[0].encode() + b"\n\n\n" + docs[1].encode() + b"\r\n\r\n" + docs[2].encode()
-            + b"\n  \n\t\n" + b"bad \xff utf8 doc\nsecond line\n\n" + ("long line " * 30).encode()
+            + b"\n  \n\t\n" + b"bad caf\xc3\xa9 \xff utf8 doc\nsecond line\n\n" + ("long line " * 30).encode()
+            + b"\n\nold mac one\rold mac two\r\rold mac three\r \rmixed\r\nends\n\r\n"
             + b"\n\n" + "\n\n".join(docs[3:]).encode() + b"\n \nlast without newline")
 
 
@@ -59,7 +60,7 @@ def test_byte_ranges_partition_the_documents(tmp_path, name, mode):
 def test_byte_range_details_say_where_line_numbers_start(tmp_path):
     path = tmp_path / "t.txt"
     path.write_bytes(b"good doc one\n\nsecond\nbad \xff\n")
-    (row,) = rows_of(path, CFG, start=5)
+    (row,) = rows_of(path, dataclasses.replace(CFG, detect_charset=False), start=5)
     assert row["reason"] == "ingest:invalid_utf8"
     assert row["detail"] == "line 3 after byte 13: invalid start byte at byte 25"  # entered at byte 13
     with pytest.raises(ValueError, match="byte ranges"):
@@ -132,3 +133,17 @@ def test_storage_errors_are_not_mistaken_for_corrupt_data(compression):
         for _ in LineReader(truncated, max_line=1 << 20):
             pass
     assert not isinstance(info.value, StorageError)
+
+
+def test_range_entry_points_with_every_kind_of_line_end():
+    from pipelines.text_stream import first_line_start, previous_line_blank
+
+    data = b"one\r\ntwo\rthree\n\r\n  \r\rfour\n\n\r\t\r\nfive\r"
+    lines = data.splitlines(keepends=True)  # Python's universal newlines: the reference
+    starts = [sum(map(len, lines[:i])) for i in range(len(lines) + 1)]
+    raw = io.BytesIO(data)
+    for block in (1, 2, 3, 64):
+        for start in range(len(data) + 1):
+            assert first_line_start(raw, start, block=block) == min(s for s in starts if s >= start), (block, start)
+        for i, s in enumerate(starts[:-1]):
+            assert previous_line_blank(raw, s, block=block) == (i == 0 or not lines[i - 1].strip()), (block, s)

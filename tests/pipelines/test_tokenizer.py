@@ -3,6 +3,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import random
+import unicodedata
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -10,7 +13,8 @@ from tokenizers import Tokenizer
 
 from common import storage
 from pipelines import schema
-from pipelines.config import TokenizerConfig
+from common.config import ConfigError
+from pipelines.config import CorpusConfig, TokenizerConfig
 from pipelines.synthetic import documents
 from pipelines.tokenizer import load_pretrained, sample_texts, train_tokenizer
 
@@ -36,9 +40,12 @@ def _check_outputs(info, out: Path):
     assert info.sha256 == hashlib.sha256((out / "tokenizer.json").read_bytes()).hexdigest()
     assert info.path == schema.TOKENIZER_DIR  # the stage sets the corpus-relative folder
     assert info.vocab_size == tok.get_vocab_size()
-    lines = (out / "vocab.txt").read_text(encoding="utf-8").split("\n")[:-1]
-    assert len(lines) == info.vocab_size
-    assert [tok.token_to_id(t) for t in lines] == list(range(len(lines)))
+    if json.loads(tok.model.__getstate__())["type"] == "WordPiece":
+        lines = (out / "vocab.txt").read_text(encoding="utf-8").split("\n")[:-1]
+        assert len(lines) == info.vocab_size
+        assert [tok.token_to_id(t) for t in lines] == list(range(len(lines)))
+    else:  # a vocab.txt would read as a WordPiece vocabulary (transformers' BERT classes, load_pretrained)
+        assert not (out / "vocab.txt").exists()
     config = json.loads((out / "tokenizer_config.json").read_text())
     assert config["model_max_length"] == 512
     assert not list(out.glob("*.tmp")) and not list(out.glob(".*"))
@@ -57,8 +64,9 @@ def test_train_writes_files_and_is_deterministic(kind, texts, tmp_path):
     again, out2 = _train(texts, tmp_path, "b", kind=kind)
     assert again.sha256 == info.sha256
     assert (out2 / "tokenizer.json").read_bytes() == (out / "tokenizer.json").read_bytes()
-    assert (out2 / "vocab.txt").read_bytes() == (out / "vocab.txt").read_bytes()
+    assert (out2 / "tokenizer_config.json").read_bytes() == (out / "tokenizer_config.json").read_bytes()
     if kind == "wordpiece":
+        assert (out2 / "vocab.txt").read_bytes() == (out / "vocab.txt").read_bytes()
         assert config["tokenizer_class"] == "BertTokenizerFast" and config["do_lower_case"] is True
         assert any(t.startswith("##") for t in tok.get_vocab())
         assert [t["content"] for t in json.loads(tok.to_str())["added_tokens"]] == list(SPECIAL_IDS)
@@ -186,3 +194,123 @@ def test_sample_texts_is_bounded_sorted_and_independent_of_blocks(ray_local):
     # ``total_bytes`` only sets the keep rate: an overestimate keeps fewer, never more than the bound.
     fewer = sample_texts(ds, budget, 1, total_bytes=3 * total)
     assert set(fewer) <= set(texts) and sum(len(t.encode()) for t in fewer) <= budget
+
+
+# ---------------------------------------------------------------- vocabulary hygiene (issue 10)
+def _bert_isolates(ch: str) -> bool:
+    """BERT's BasicTokenizer (google-research/bert tokenization.py), written out independently:
+    whitespace, punctuation (ASCII symbol ranges and Unicode P*) and CJK ideographs are always a
+    word of their own."""
+    cp = ord(ch)
+    if ch.isspace() or 33 <= cp <= 47 or 58 <= cp <= 64 or 91 <= cp <= 96 or 123 <= cp <= 126:
+        return True
+    if unicodedata.category(ch).startswith("P"):
+        return True
+    return any(lo <= cp <= hi for lo, hi in ((0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF),
+                                             (0x2A700, 0x2B73F), (0x2B740, 0x2B81F), (0x2B820, 0x2CEAF),
+                                             (0xF900, 0xFAFF), (0x2F800, 0x2FA1F)))
+
+
+def _mixed_corpus() -> list[str]:
+    """English documents and CJK paragraphs (common and rare ideographs, CJK punctuation)."""
+    rng = random.Random(3)
+    common = [chr(0x4E00 + i) for i in range(300)]
+    rare = [chr(0x6000 + i) for i in range(800)]  # most appear once or twice: ties at any cut
+    cjk = []
+    for _ in range(150):
+        s = "".join(rng.choice(common) if rng.random() < 0.9 else rng.choice(rare) for _ in range(rng.randint(20, 120)))
+        cjk.append(f"{s[:len(s) // 2]}，{s[len(s) // 2:]}。")
+    return documents(120, seed=5) + ACCENTED + cjk
+
+
+def test_wordpiece_has_no_entry_the_pipeline_cannot_produce(tmp_path):
+    texts = _mixed_corpus()
+    _, out = _train(texts, tmp_path, "mixed", vocab_size=1500, limit_alphabet=None)
+    tok = Tokenizer.from_file(str(out / "tokenizer.json"))
+    vocab = [t for t in tok.get_vocab() if t not in SPECIAL_IDS]
+    continuations = [t[2:] for t in vocab if t.startswith("##")]
+    assert continuations and not [x for x in continuations if any(_bert_isolates(c) for c in x)]
+    assert sum(1 for t in vocab if len(t) == 1 and 0x4E00 <= ord(t) <= 0x9FFF) > 500  # CJK is in, as words
+    # Most entries are used on the sample. The others are merge intermediates and single
+    # characters that longer entries always cover there, and ##c of characters that only start
+    # words in it: each of them comes out of some word (a witness is searched for).
+    used = {t for e in tok.encode_batch(texts, add_special_tokens=False) for t in e.tokens}
+    heads = [t for t in vocab if len(t) == 1 and not _bert_isolates(t)]
+    unused = [t for t in vocab if t not in used]
+    assert len(unused) < len(vocab) / 3
+    for entry in unused:
+        if entry.startswith("##"):
+            assert any(tok.encode(h + entry[2:], add_special_tokens=False).tokens == [h, entry] for h in heads), entry
+        else:
+            assert tok.encode(entry, add_special_tokens=False).tokens == [entry]
+
+
+def test_unigram_pieces_are_normalised_word_substrings(tmp_path):
+    _, out = _train(_mixed_corpus(), tmp_path, "mixed-uni", kind="unigram", vocab_size=1500, limit_alphabet=None)
+    tok = Tokenizer.from_file(str(out / "tokenizer.json"))
+    pieces = [t for t in tok.get_vocab() if t not in SPECIAL_IDS]
+    for piece in pieces:
+        assert not any(c.isspace() for c in piece) and "\u2581" not in piece[1:], piece
+        assert unicodedata.normalize("NFKC", piece) == piece and piece.lower() == piece, piece
+
+
+@pytest.mark.parametrize("kind", ["wordpiece", "unigram"])
+def test_limit_alphabet_keeps_the_most_frequent_characters(kind, tmp_path):
+    texts = _mixed_corpus()
+    info, out = _train(texts, tmp_path, "lim", kind=kind, vocab_size=1500, limit_alphabet=200)
+    again, _ = _train(texts, tmp_path, "lim2", kind=kind, vocab_size=1500, limit_alphabet=200)
+    assert again.sha256 == info.sha256  # the cut falls among equally rare ideographs
+    tok = Tokenizer.from_file(str(out / "tokenizer.json"))
+    counts = Counter(c for t in texts for c in tok.normalizer.normalize_str(t) if not c.isspace())
+    ranked = sorted(counts, key=lambda c: (-counts[c], c))
+    kept, dropped = set(ranked[:200]), ranked[200:]
+    chars = {c for t in tok.get_vocab() if t not in SPECIAL_IDS for c in t.removeprefix("##")} - {"\u2581"}
+    assert chars <= kept and dropped
+    for c in dropped[:50] + dropped[-50:]:
+        assert tok.encode(c, add_special_tokens=False).ids[-1] == SPECIAL_IDS["[UNK]"]
+    frequent = "".join(c for c in ranked[:20] if not _bert_isolates(c))
+    assert SPECIAL_IDS["[UNK]"] not in tok.encode(frequent, add_special_tokens=False).ids
+    with pytest.raises(ConfigError, match="limit_alphabet"):
+        CorpusConfig.from_dict({"tokenizer": {"limit_alphabet": 0}})
+
+
+HF_CLASSES = ("AutoTokenizer", "PreTrainedTokenizerFast", "BertTokenizerFast", "BertTokenizer",
+              "ElectraTokenizerFast", "ElectraTokenizer")
+PAIRS = [("Café Über the river.", "Zoë watched it quietly!"), ("The [MASK] Bridge", "x"),
+         ("\u4e00\u4e01 river \u6001", "[SEP] and [CLS]")]
+
+
+def check_hf_class(folder: Path, cls_name: str) -> str:
+    """Load ``folder`` through transformers' ``cls_name``: the same ids and segments as our
+    tokenizer.json on pairs with special tokens, or a loud error while the config names the
+    class to use. Returns "same" or "refused"."""
+    import transformers
+
+    ours = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    cls = getattr(transformers, cls_name, None)
+    if cls is None:
+        return "absent"
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    try:
+        hf = cls.from_pretrained(str(folder), local_files_only=True)
+    except TypeError:  # from the guard value (tokenizer.NOT_BERT), which names the classes to use
+        assert config["tokenizer_class"] == "PreTrainedTokenizerFast"
+        assert "AutoTokenizer or PreTrainedTokenizerFast" in config["tokenize_chinese_chars"]
+        return "refused"
+    for a, b in PAIRS:
+        enc, got = ours.encode(a, b), hf(a, b)
+        assert got["input_ids"] == enc.ids and got["token_type_ids"] == enc.type_ids, (cls_name, a, b)
+        assert hf(a)["input_ids"] == ours.encode(a).ids
+    assert hf.pad_token_id == 0 and hf.mask_token_id == 4
+    return "same"
+
+
+@pytest.mark.parametrize("kind", ["wordpiece", "unigram"])
+def test_every_transformers_class_loads_the_same_ids_or_refuses(kind, tmp_path):
+    _, out = _train(_mixed_corpus(), tmp_path, "hfall", kind=kind, vocab_size=1500)
+    got = {name: check_hf_class(out, name) for name in HF_CLASSES}
+    generic = {"AutoTokenizer": "same", "PreTrainedTokenizerFast": "same"}
+    bert = "same" if kind == "wordpiece" else "refused"
+    assert got == {**generic, **{n: bert for n in HF_CLASSES if n not in generic}}
+    # A vocab.txt is a WordPiece vocabulary to load_pretrained as well: only WordPiece writes one.
+    assert (out / "vocab.txt").exists() == (kind == "wordpiece")

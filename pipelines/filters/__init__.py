@@ -1,0 +1,12 @@
+"""Normalisation and quality filtering of documents: small blocks with one interface.
+
+``normalize_text`` (``normalize``) canonicalises a document; ``filter_batch`` (``base``) runs the
+blocks ``filter.blocks`` lists, in order, on every document: ``gopher_quality``,
+``gopher_repetition``, ``c4``, ``fineweb`` (datatrove's heuristics and default thresholds),
+``language`` (py3langid) and, optionally, ``pii``. Each block's module documents its rules.
+"""
+from pipelines.filters.base import REGISTRY, Block, Doc, Verdict, build_blocks, filter_batch, run_blocks
+from pipelines.filters.normalize import UNICODE_FORMS, normalize_text
+
+__all__ = ["REGISTRY", "UNICODE_FORMS", "Block", "Doc", "Verdict", "build_blocks", "filter_batch",
+           "normalize_text", "run_blocks"]

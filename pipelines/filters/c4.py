@@ -1,0 +1,112 @@
+"""C4's line-level rules (Raffel et al. 2020, section 2.2), as datatrove's C4QualityFilter.
+
+Each line (stripped) goes through these rules in order; a line that fails one is removed, and
+some rules drop the whole document. ``filter.c4`` (booleans switch a rule, None disables a
+threshold):
+
+=========================  ======================================================  =========
+field                      rule                                                    effect
+=========================  ======================================================  =========
+max_word_length            a whitespace-separated word longer than 1000 chars      line
+remove_citations           "[1]", "[edit]", "[citation needed]" cut out            (rewrite)
+filter_no_terminal_punct   line does not end in . ? ! " ' or ends in "..."         line
+allow_closing_quotes       (not in datatrove) also accept . ? ! followed by        (relaxes
+                           closing quotes or brackets: '.”' '?’' '.)' '!»'         the above)
+min_words_per_line         fewer than 3 whitespace-separated words                 line
+filter_lorem_ipsum         "lorem ipsum" (any case)                                document
+filter_javascript          "javascript" (any case)                                 line
+filter_curly_bracket       "{"                                                     document
+filter_policy              "terms of use", "privacy policy", "cookie policy",      line
+                           "uses cookies", "use of cookies", "use cookies"
+min_num_sentences          fewer than 5 sentences in the lines kept                document
+=========================  ======================================================  =========
+
+``allow_closing_quotes`` (default on) is this project's one deviation: datatrove accepts a
+straight closing quote alone but removes lines ending in typographic quotes or ``.)``, which
+costs most dialogue of well-edited prose; set it to false for datatrove's exact rule.
+
+As in datatrove (and C4), the document rules only look at lines that survived the line rules
+before them: "lorem ipsum" on a line without terminal punctuation removes that line, not the
+page. The kept lines are joined with one newline, so paragraph breaks (blank lines) go away, as
+in datatrove. Sentences are counted by ``pipelines.filters.text.sentence_count`` instead of
+NLTK's punkt (which would need a download).
+
+Document reasons: ``filter:c4:lorem_ipsum``, ``filter:c4:curly_bracket``,
+``filter:c4:min_num_sentences``; with ``min_num_sentences`` off, a document that loses every
+line is dropped as ``filter:empty``.
+"""
+from __future__ import annotations
+
+import re
+
+from pipelines.config import C4Config
+from pipelines.filters.base import Doc, Verdict, below, register
+from pipelines.filters.text import CLOSERS, sentence_count
+
+_P = "filter:c4:"
+_CITATION = re.compile(r"\[\d*]|\[edit]|\[citation needed]")
+_END_PUNCTUATION = (".", "?", "!", '"', "'")
+_POLICY = ("terms of use", "privacy policy", "cookie policy", "uses cookies", "use of cookies", "use cookies")
+
+
+class C4:
+    name = "c4"
+
+    def __init__(self, cfg: C4Config):
+        self.cfg = cfg
+
+    def _terminal(self, line: str) -> bool:
+        if line.endswith("..."):
+            return False
+        if line.endswith(_END_PUNCTUATION):
+            return True
+        return self.cfg.allow_closing_quotes and line.rstrip(CLOSERS).endswith((".", "?", "!"))
+
+    def __call__(self, doc: Doc) -> Verdict | None:
+        cfg = self.cfg
+        max_len, min_words = cfg.max_word_length, cfg.min_words_per_line
+        sentences = 0
+        kept: list[str] = []
+        changed = False  # a non-blank line removed or rewritten (the tokens change)
+        for raw in doc.text.split("\n"):
+            line = raw.strip()
+            if not line:
+                continue  # a blank line: removed (no terminal punctuation) without changing a word
+            words = line.split()
+            if max_len is not None and max(map(len, words)) > max_len:
+                changed = True
+                continue
+            if cfg.remove_citations and "[" in line:
+                cut = _CITATION.sub("", line)
+                changed |= cut != line
+                line = cut
+            if cfg.filter_no_terminal_punct and not self._terminal(line):
+                changed = True
+                continue
+            if min_words is not None and len(words) < min_words:
+                changed = True
+                continue
+            lower = line.lower()
+            if cfg.filter_lorem_ipsum and "lorem ipsum" in lower:
+                return Verdict(_P + "lorem_ipsum", f"'lorem ipsum' in line {len(kept) + 1} of those kept")
+            if cfg.filter_javascript and "javascript" in lower:
+                changed = True
+                continue
+            if cfg.filter_curly_bracket and "{" in line:
+                return Verdict(_P + "curly_bracket", "'{' in a kept line")
+            if cfg.filter_policy and any(p in lower for p in _POLICY):
+                changed = True
+                continue
+            if cfg.min_num_sentences is not None:
+                sentences += sentence_count(line)
+            kept.append(line)
+        found = below(_P + "min_num_sentences", "sentences", sentences, cfg.min_num_sentences)
+        if found:
+            return found
+        doc.set_text("\n".join(kept).strip(), same_words=not changed)
+        return None
+
+
+@register("c4")
+def build(cfg: C4Config) -> C4:
+    return C4(cfg)

@@ -1,0 +1,108 @@
+"""The blocks' interface and registry, the config's block list, and ``filter_batch``."""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from common.config import ConfigError
+from pipelines import parts
+from pipelines.config import FILTER_BLOCKS, CorpusConfig, FilterConfig
+from pipelines.filters import REGISTRY, Doc, build_blocks, filter_batch, normalize_text, run_blocks
+from tests.pipelines.filters._docs import prose
+
+FRENCH = ("Le conseil municipal s'est réuni mardi soir pour discuter du budget de l'année prochaine. "
+          "Après un long hiver, la rivière a enfin dégelé et les bateaux sont revenus au port. ") * 3
+
+
+def test_every_block_is_registered_with_a_section():
+    build_blocks(FilterConfig())  # imports every block module
+    assert set(REGISTRY) == set(FILTER_BLOCKS)
+    for name in FILTER_BLOCKS:
+        assert dataclasses.is_dataclass(getattr(FilterConfig(), name))
+        (b,) = build_blocks(FilterConfig(blocks=[name]))
+        assert b.name == name
+
+
+def test_default_blocks_and_order():
+    assert FilterConfig().blocks == ["gopher_quality", "gopher_repetition", "c4", "fineweb", "language"]
+    assert [b.name for b in build_blocks(FilterConfig(blocks=["language", "pii"]))] == ["language", "pii"]
+
+
+@pytest.mark.parametrize("raw,match", [
+    ({"blocks": ["gopher_quality", "c5"]}, r"filter\.blocks\[1\]: 'c5' is not one of"),
+    ({"blocks": ["c4", "c4"]}, "blocks lists a block twice"),
+    ({"gopher_quality": {"min_words": 3}}, r"filter\.gopher_quality: unknown key"),
+    ({"gopher_quality": {"min_doc_words": -1}}, "min_doc_words must be >= 0"),
+    ({"gopher_repetition": {"top_n_grams": [[2.5, 0.2]]}}, r"top_n_grams: expected \[n >= 1"),
+    ({"language": {"languages": "en"}}, r"filter\.language\.languages: expected a list"),
+])
+def test_config_errors_at_load_time(raw, match):
+    with pytest.raises(ConfigError, match=match):
+        CorpusConfig.from_dict({"filter": raw})
+
+
+def test_config_nulls_and_datatrove_defaults():
+    cfg = CorpusConfig.from_dict({"filter": {"gopher_quality": {"max_doc_words": None},
+                                             "language": {"languages": None, "min_score": 0.5}}}).filter
+    assert cfg.gopher_quality.max_doc_words is None and cfg.language.languages is None
+    q = FilterConfig().gopher_quality
+    assert (q.min_doc_words, q.max_doc_words, q.min_avg_word_length, q.max_avg_word_length,
+            q.max_non_alpha_words_ratio, q.min_stop_words) == (50, 100_000, 3, 10, 0.8, 2)
+    assert (FilterConfig().language.languages, FilterConfig().language.min_score) == (["en"], 0.65)
+
+
+def test_first_verdict_wins_and_reasons_are_named():
+    blocks = build_blocks(FilterConfig())
+    assert run_blocks(Doc("too short"), blocks).reason == "filter:gopher_quality:min_doc_words"
+    assert run_blocks(Doc(FRENCH), blocks).reason == "filter:gopher_quality:min_stop_words"
+    only_language = build_blocks(FilterConfig(blocks=["language"]))
+    assert run_blocks(Doc(FRENCH), only_language).reason == "filter:language:languages"
+    assert run_blocks(Doc(""), blocks) == ("filter:empty", "no text left after normalisation")
+    assert run_blocks(Doc("anything"), []) is None
+
+
+def _batch(texts, reasons=None):
+    n = len(texts)
+    return {"id": np.array([f"f:{i}" for i in range(n)], dtype=object),
+            "uid": np.arange(n, dtype=np.int64), "text": np.array(texts, dtype=object),
+            "reason": np.array(reasons or [""] * n, dtype=object), "detail": np.array([""] * n, dtype=object)}
+
+
+def test_filter_batch():
+    good = "  " + prose(3).replace("\n\n", "\r\n\r\n\r\n") + "\t "
+    batch = _batch([good, "Too short.", "raw \xff bytes\t\t", FRENCH, "\x00\u200b "],
+                   ["", "", "ingest:invalid_utf8", "", ""])
+    batch["detail"][2] = "line 3"
+    out = filter_batch(batch, FilterConfig())
+    assert list(out["reason"]) == ["", "filter:gopher_quality:min_doc_words", "ingest:invalid_utf8",
+                                   "filter:gopher_quality:min_stop_words", "filter:empty"]
+    assert list(out["detail"][:3]) == ["", "words=2 < 50", "line 3"]
+    # Kept: normalised, then C4's rewrite (paragraph breaks go); dropped: normalised input.
+    assert out["text"][0] == normalize_text(good, FilterConfig()).replace("\n\n", "\n")
+    assert out["text"][1] == "Too short." and out["text"][2] == "raw \xff bytes\t\t"
+    assert list(out["language"]) == ["en", "", "", "", ""]  # only what the language block saw
+    assert list(batch["reason"]) == ["", "", "ingest:invalid_utf8", "", ""]  # input not mutated
+
+
+def test_filter_batch_languages_are_counted_and_not_written(tmp_path):
+    cfg = FilterConfig(blocks=["language"])
+    out = filter_batch(_batch([prose(2), FRENCH, prose(3), "Short English text."]), cfg)
+    assert list(out["language"]) == ["en", "fr", "en", "en"]
+    assert list(out["reason"]) == ["", "filter:language:languages", "", "filter:language:min_score"]
+    expected = {"en": {"kept": 2, "dropped": 1}, "fr": {"kept": 0, "dropped": 1}}
+    assert parts.language_counts(list(out["language"]), list(out["reason"])) == expected
+    import pyarrow as pa
+
+    table = pa.table({k: list(v) for k, v in out.items()})
+    summary = parts._write_document_block(table, data=str(tmp_path / "d"), rejected=str(tmp_path / "r"),
+                                          prefix_chars=10, full_text=False)
+    import json
+
+    row = json.loads(summary["summary"][0])
+    assert row["languages"] == expected
+    import pyarrow.parquet as pq
+
+    (part,) = (tmp_path / "d").glob("*.parquet")
+    assert "language" not in pq.read_table(part).column_names  # downstream schema unchanged
