@@ -243,3 +243,13 @@ def fill_warnings(splits: dict[str, dict[str, Any]], seq_len: int, text_mode: st
             out.append(f"{split}: examples fill {share:.0%} of their {seq_len} positions "
                        f"({s['tokens'] / s['examples']:.0f} tokens per example, below {MIN_FILL:.0%}): {cause}")
     return out
+
+
+def empty_split_warnings(splits: dict[str, dict[str, Any]], validation_fraction: float,
+                         documents: int) -> list[str]:
+    """A warning when a validation split was asked for and drew no example: the split is drawn
+    per document, so a few long documents (books) easily draw none."""
+    if validation_fraction <= 0 or splits.get("validation", {}).get("examples"):
+        return []
+    return [f"validation: no examples; pack.validation_fraction={validation_fraction} of {documents} "
+            "documents drew none (the split is by document): raise it for few, long documents"]

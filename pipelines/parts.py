@@ -15,9 +15,10 @@ second read and no shuffle, and the counts are exact because they count what was
 A file's name is a hash of its rows' keys, so a retried task rewrites the same file instead of
 adding a second copy. The files a stage produced are listed in its completion marker
 (``pipelines.runner``); readers open exactly those, never "whatever is in the folder", so the
-leftovers of a killed attempt are never read. Row groups are small (``ROW_GROUP_ROWS``) because
-Ray's Parquet reader splits files by row group: the next stage gets parallel read tasks even
-from one big part.
+leftovers of a killed attempt are never read. Row groups are small (at most ``ROW_GROUP_ROWS``
+rows and about ``ROW_GROUP_BYTES``) because Ray's Parquet reader splits files by row group: the
+next stage gets parallel read tasks even from one big part, and even when its rows are whole
+books (58 novels in one 2,048-row group were one task of the pack stage).
 """
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ import pyarrow as pa
 from common import storage
 
 ROW_GROUP_ROWS = 2048
+ROW_GROUP_BYTES = 4 << 20
 _ZSTD_LEVEL = 6
 
 
@@ -47,7 +49,10 @@ def parquet_bytes(table: pa.Table) -> bytes:
     import pyarrow.parquet as pq
 
     sink = pa.BufferOutputStream()
-    pq.write_table(table, sink, row_group_size=ROW_GROUP_ROWS)
+    rows = ROW_GROUP_ROWS
+    if table.num_rows and table.nbytes > ROW_GROUP_BYTES:
+        rows = max(1, min(rows, ROW_GROUP_BYTES * table.num_rows // table.nbytes))
+    pq.write_table(table, sink, row_group_size=rows)
     return sink.getvalue().to_pybytes()
 
 

@@ -53,6 +53,8 @@ LIBRARIES = _versions()
 # Documents per call of the packer: its Python lists of token ids stay small (measured on the
 # books: 9% less CPU than whole blocks of up to 11k documents); one tokenizer call per batch.
 PACK_BATCH_DOCS = 256
+# ... and about this much text, so a batch of whole books is not one task's work.
+PACK_BATCH_BYTES = 4 << 20
 
 
 @dataclass
@@ -207,14 +209,17 @@ def _pack_batch(batch: dict[str, Any], *, tokenizer_uri: str, cfg_json: str) -> 
 
 
 def _pack(run: StageRun) -> dict[str, Any]:
-    from pipelines.pack import fill, fill_warnings
+    from pipelines.pack import empty_split_warnings, fill, fill_warnings
     from pipelines.shard import example_summary
 
     tok = run.inputs["tokenizer"].product["tokenizer"]
+    near = run.inputs["near_dedup"].stats
+    mean_doc = near["bytes_out"] / max(near["documents_out"], 1)
+    batch_docs = int(max(1, min(PACK_BATCH_DOCS, PACK_BATCH_BYTES // max(mean_doc, 1))))
     # Plain tasks (fused with the Parquet read), not an actor pool: an actor pool holding every
     # CPU starves the read tasks feeding it on a 1-CPU cluster and deadlocks.
     examples = run.read("near_dedup").map_batches(
-        _pack_batch, batch_format="numpy", batch_size=PACK_BATCH_DOCS,
+        _pack_batch, batch_format="numpy", batch_size=batch_docs,
         fn_kwargs={"tokenizer_uri": storage.join(run.corpus, tok["path"], "tokenizer.json"),
                    "cfg_json": json.dumps(dataclasses.asdict(run.cfg.pack), sort_keys=True)})
     out = parts.write_examples(examples, data=run.data, summarise=example_summary)
@@ -228,7 +233,8 @@ def _pack(run: StageRun) -> dict[str, Any]:
     for s in splits.values():
         s["fill"] = fill(s["tokens"], s["examples"], seq_len)
     # Recorded here (publish logs them and puts them in the manifest, also when this is cached).
-    stats["warnings"] = fill_warnings(splits, seq_len, run.cfg.ingest.text_mode)
+    stats["warnings"] = (fill_warnings(splits, seq_len, run.cfg.ingest.text_mode)
+                         + empty_split_warnings(splits, run.cfg.pack.validation_fraction, documents_in))
     return {"stats": stats, "files": out["files"]}
 
 

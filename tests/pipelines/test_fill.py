@@ -10,7 +10,7 @@ import pytest
 
 from pipelines import schema, synthetic
 from pipelines.config import CorpusConfig
-from pipelines.pack import MIN_FILL, fill_warnings
+from pipelines.pack import MIN_FILL, empty_split_warnings, fill_warnings
 from pipelines.runner import CorpusBuild
 
 SEQ_LEN = 64
@@ -85,3 +85,13 @@ def test_fill_warning_names_the_likely_cause():
         "are short for seq_len (examples never span documents); a smaller pack.seq_len fits them"]
     assert "profile=books" in fill_warnings(splits, 64, "blank_line")[0]
     assert fill_warnings({"train": {"examples": 10, "tokens": 600}}, 64, "blank_line") == []
+
+
+def test_an_empty_validation_split_is_a_warning_only_when_one_was_asked_for():
+    full = {"train": {"examples": 9, "tokens": 500}, "validation": {"examples": 1, "tokens": 60}}
+    empty = {"train": {"examples": 9, "tokens": 500}}
+    assert empty_split_warnings(full, 0.01, 58) == []
+    assert empty_split_warnings(empty, 0.0, 58) == []
+    (warning,) = empty_split_warnings(empty, 0.01, 58)
+    assert "validation_fraction=0.01 of 58 documents" in warning
+    assert empty_split_warnings({**empty, "validation": {"examples": 0, "tokens": 0}}, 0.01, 58) == [warning]

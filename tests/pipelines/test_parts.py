@@ -166,3 +166,15 @@ def test_documents_on_s3(ray_s3):
     records = _quarantine(f"{root}/rejected", out["rejected"])
     assert sorted(r["id"] for r in records) == sorted(r["id"] for r in rows if r["reason"])
     assert all(len(r["text"]) <= 8 for r in records)
+
+
+def test_row_groups_are_bounded_by_bytes_so_whole_books_split_into_read_tasks():
+    import io
+
+    books = pa.table({"uid": list(range(12)), "text": ["x" * (1 << 20)] * 12})  # 12 MB in 12 rows
+    meta = pq.ParquetFile(io.BytesIO(parts.parquet_bytes(books))).metadata
+    sizes = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+    assert sum(sizes) == 12 and max(sizes) <= parts.ROW_GROUP_BYTES // (1 << 20) and len(sizes) >= 3
+    small = pa.table({"uid": list(range(5000)), "text": ["short text"] * 5000})
+    meta = pq.ParquetFile(io.BytesIO(parts.parquet_bytes(small))).metadata
+    assert [meta.row_group(i).num_rows for i in range(meta.num_row_groups)] == [2048, 2048, 904]
