@@ -5,9 +5,23 @@ one Prefect task per GLUE task and one for SQuAD (``.submit`` fan-out) → ``res
 ``report.html`` + PNGs, GLUE submission TSVs when test files exist → a markdown table artifact.
 The fine-tuning itself lives in ``electra.finetune`` and is testable without Prefect.
 
+Isolation and resume: each (task, seed) is saved as soon as it finishes
+(``<out>/seeds/<task>/seed<N>.json``; SQuAD as one unit, ``task.json``) under a key of checkpoint,
+resolved recipe and data-file hashes. Every GLUE file is parsed before the first fine-tuning
+step. A task that fails (bad data: the error names file and line) does not stop the others: every future is waited for, ``results.json`` is written with the
+finished tasks plus ``failed: {task: error}``, and then the flow raises ``EvaluationFailed``. A
+rerun on the same ``out`` reuses every saved seed and redoes only the failed or missing ones
+(``run_id`` in each seed tells which run produced it).
+
+Provenance in ``results.json``: ``code_version`` (git commit or package version), ``data_files``
+(sha256 of every data file read), the resolved ``recipe`` (with ``length_caps`` when a length
+was cut to the model's positions) and ``run_id``.
+
 ``evaluate-new-checkpoints``: scan ``RUNS/*/checkpoints/step_*`` and evaluate each complete
 checkpoint that has no ``RUN/eval/step_*/results.json`` yet. ``results.json`` is written last and
-atomically, so a crashed evaluation is redone and a second scan does nothing.
+atomically, so a crashed evaluation is resumed by the next scan and a second scan does nothing.
+A checkpoint whose results record failed tasks is not retried by the scan (bad data would fail
+again every hour); fix the data and run ``evaluate`` on it, which redoes only those tasks.
 
 Task runner: a thread pool with ONE worker by default. Seeds fix torch's global RNG, which
 threads share, so concurrent fine-tuning in one process would make runs irreproducible (and two
@@ -26,6 +40,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -34,11 +49,12 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from electra.finetune import glue_submission, report
-from electra.finetune.finetune import finetune_glue, recipe_for_model
-from electra.finetune.glue_tasks import check_files, parse_task_list
-from electra.finetune.results import TaskResult
+from electra.finetune.finetune import check_task_data, finetune_glue, recipe_for_model
+from electra.finetune.glue_tasks import GlueDataError, check_files, parse_task_list
+from electra.finetune.results import (TaskResult, code_version, hash_files, load_task,
+                                      resume_key, save_task)
 from electra.finetune.sources import CheckpointError, resolve_checkpoint, step_dirs
-from electra.finetune.squad_finetune import finetune_squad, squad_files
+from electra.finetune.squad_finetune import finetune_squad, squad_files, squad_task_name
 
 EVAL_DIR = "eval"
 
@@ -55,32 +71,52 @@ def resolve(checkpoint: str, export_dir: str) -> dict[str, Any]:
             "step": r.step, "run_dir": str(r.run_dir) if r.run_dir else None, "meta": r.meta}
 
 
+class EvaluationFailed(RuntimeError):
+    """Some tasks failed; ``results.json`` holds the others and the errors."""
+
+
 @task(retries=2, retry_delay_seconds=2, retry_condition_fn=_retry_on_io)
-def glue_task(name: str, *, model_dir: str, glue_dir: str, recipe: dict, out: str) -> dict:
+def glue_task(name: str, *, model_dir: str, glue_dir: str, recipe: dict, out: str,
+              checkpoint: str, run_id: str) -> dict:
     from electra.finetune.recipe import FinetuneRecipe
 
     result = finetune_glue(name, model_dir=model_dir, glue_dir=glue_dir,
-                           recipe=FinetuneRecipe.from_dict(recipe), out_dir=out)
+                           recipe=FinetuneRecipe.from_dict(recipe), out_dir=out,
+                           checkpoint=checkpoint, run_id=run_id)
     return result.to_dict()
 
 
 @task(retries=2, retry_delay_seconds=2, retry_condition_fn=_retry_on_io)
-def squad_task(*, model_dir: str, squad_dir: str, version: str, recipe: dict, out: str) -> dict:
+def squad_task(*, model_dir: str, squad_dir: str, version: str, recipe: dict, out: str,
+               checkpoint: str, run_id: str) -> dict:
     from electra.finetune.recipe import FinetuneRecipe
 
+    data_files = hash_files(list(squad_files(squad_dir, version)))
+    key = resume_key(checkpoint=checkpoint, recipe=recipe, data_files=data_files)
+    done = load_task(out, squad_task_name(version), key=key)
+    if done is not None:  # SQuAD resumes as one unit (its seeds are not saved one by one)
+        return done.to_dict()
     result = finetune_squad(model_dir=model_dir, squad_dir=squad_dir, version=version,
                             recipe=FinetuneRecipe.from_dict(recipe), out_dir=out)
+    result.data_files = data_files
+    for seed in result.seeds:
+        seed.run_id = run_id
+    save_task(out, result, key=key)
     return result.to_dict()
 
 
 @task(retries=2, retry_delay_seconds=2, retry_condition_fn=_retry_on_io)
 def write_outputs(resolved: dict, task_results: list[dict], *, glue_dir: str | None,
-                  recipe: dict, out: str) -> dict:
+                  recipe: dict, out: str, failed: dict[str, str] | None = None,
+                  run_id: str = "") -> dict:
     tasks = {d["task"]: TaskResult.from_dict(d) for d in task_results}
     results = report.build_results(checkpoint=resolved["checkpoint"],
                                    model_dir=resolved["model_dir"], step=resolved["step"],
                                    meta={**resolved["meta"], "source": resolved["source"]},
                                    recipe=recipe, tasks=tasks)
+    results.update(failed=dict(failed or {}), run_id=run_id, code_version=code_version(),
+                   data_files={p: h for t in tasks.values() for p, h in t.data_files.items()},
+                   length_caps=recipe.get("length_caps", {}))
     submission = glue_submission.write_submission(out, tasks) if glue_dir else {}
     results["submission"] = sorted(submission)
     history, metrics_jsonl = [], None
@@ -120,17 +156,41 @@ def evaluate(checkpoint: str, out: str, glue_dir: str | None = None, tasks: str 
         overrides["num_seeds"] = seeds
     recipe_obj = recipe_for_model(resolved["model_dir"], **overrides)
     rec = recipe_obj.to_dict()
-    futures = [glue_task.submit(t.name, model_dir=resolved["model_dir"], glue_dir=glue_dir,
-                                recipe=rec, out=out) for t in specs]
+    run_id = uuid.uuid4().hex[:12]
+    common = dict(model_dir=resolved["model_dir"], recipe=rec, out=out,
+                  checkpoint=resolved["checkpoint"], run_id=run_id)
+    # Parse every GLUE file before the first fine-tuning step: bad data fails its task at once.
+    failed: dict[str, str] = {}
+    for spec in specs:
+        try:
+            check_task_data(spec, glue_dir)
+        except GlueDataError as exc:
+            failed[spec.name] = f"{type(exc).__name__}: {exc}"
+    futures = {t.name: glue_task.submit(t.name, glue_dir=glue_dir, **common)
+               for t in specs if t.name not in failed}
     if squad_dir:
-        futures.append(squad_task.submit(model_dir=resolved["model_dir"], squad_dir=squad_dir,
-                                         version=squad_version, recipe=rec, out=out))
-    results = write_outputs(resolved, [f.result() for f in futures], glue_dir=glue_dir,
-                            recipe=rec, out=out)
+        futures[squad_task_name(squad_version)] = squad_task.submit(
+            squad_dir=squad_dir, version=squad_version, **common)
+    # Wait for every task; a failure is recorded, never allowed to discard the finished ones.
+    finished = []
+    for name, future in futures.items():
+        outcome = future.result(raise_on_failure=False)
+        if isinstance(outcome, BaseException):
+            failed[name] = f"{type(outcome).__name__}: {outcome}"
+        else:
+            finished.append(outcome)
+    results = write_outputs(resolved, finished, glue_dir=glue_dir, recipe=rec, out=out,
+                            failed=failed, run_id=run_id)
     table = report.markdown_table(results)
     create_markdown_artifact(key="electra-eval", markdown=table,
                              description=f"ELECTRA fine-tuning results for {checkpoint}")
-    get_run_logger().info("results for %s:\n%s", checkpoint, table)
+    logger = get_run_logger()
+    logger.info("results for %s:\n%s", checkpoint, table)
+    if failed:
+        for name, error in failed.items():
+            logger.error("task %s failed: %s", name, error)
+        raise EvaluationFailed(f"{len(failed)} task(s) failed (results.json in {out} holds the "
+                               f"others; rerun to redo only these): {failed}")
     return results
 
 

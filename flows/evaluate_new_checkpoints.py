@@ -3,7 +3,9 @@
     python -m flows.evaluate_new_checkpoints --runs RUNS_DIR --glue-dir DIR --tasks CoLA,SST-2 ...
 
 Evaluates every complete checkpoint under ``RUNS_DIR/*/checkpoints/`` that has no
-``RUN/eval/step_*/results.json`` yet; a second call with nothing new does nothing. The trainer
+``RUN/eval/step_*/results.json`` yet; a second call with nothing new does nothing. An
+interrupted evaluation is resumed (finished seeds are kept); one whose results record failed
+tasks is left for a manual ``python -m flows.evaluate`` after the data is fixed. The trainer
 can call this after saving a checkpoint; ``prefect.yaml`` deploys the same flow on a schedule.
 """
 from __future__ import annotations

@@ -12,6 +12,13 @@ The MNLI model also predicts the AX diagnostic set and, when present, WNLI's tes
 entailment task; the GLUE baselines and BERT submit it from an NLI model or as the majority
 class): ``entailment`` → 1, anything else → 0. Test predictions of every seed are kept;
 ``glue_submission`` uses the median seed's.
+
+Every data file is parsed (labels and rows checked) before the first step. Each finished seed is
+saved at once (``results.save_seed``) under a key of checkpoint, recipe and the files' sha256, so a
+rerun skips the seeds already done (``results.load_seed``) and a crash loses at most one seed.
+
+``recipe_for_model`` caps the recipe's lengths (``max_seq_len``, ``squad_max_len``) to the model's
+``max_position_embeddings``: a longer input has no position embedding and would crash.
 """
 from __future__ import annotations
 
@@ -27,19 +34,35 @@ from .glue_tasks import GlueExample, TaskSpec
 from .heads import FinetuneModel, SequenceHead, sequence_loss
 from .loop import load_tokenizer, predict, resolve_device, seed_everything, train
 from .metrics import PRIMARY
-from .predictions import glue_rows, prediction_path, recompute_metrics, write_predictions
-from .recipe import FinetuneRecipe, infer_size, recipe_for_size
-from .results import SeedResult, TaskResult
+from .predictions import class_probabilities, glue_rows, prediction_path, recompute_metrics, write_predictions
+from .recipe import FinetuneRecipe, cap_lengths, infer_size, recipe_for_size
+from .results import SeedResult, TaskResult, hash_files, load_seed, resume_key, save_seed
 
 
 def recipe_for_model(model_dir: str | Path, **overrides: Any) -> FinetuneRecipe:
-    """The paper recipe for the size of the exported model (from its ``config.json``)."""
+    """The paper recipe for the size of the exported model (from its ``config.json``), with its
+    lengths capped to the model's positions (``recipe.length_caps`` records what was cut)."""
     path = Path(model_dir) / "config.json"
     try:
-        hidden = int(json.loads(path.read_text())["hidden_size"])
+        cfg = json.loads(path.read_text())
+        hidden = int(cfg["hidden_size"])
+        positions = int(cfg["max_position_embeddings"])
     except (OSError, KeyError, ValueError) as exc:
-        raise ValueError(f"{path}: cannot read hidden_size ({exc!r})") from exc
-    return recipe_for_size(overrides.pop("size", None) or infer_size(hidden), **overrides)
+        raise ValueError(f"{path}: cannot read hidden_size/max_position_embeddings "
+                         f"({exc!r})") from exc
+    recipe = recipe_for_size(overrides.pop("size", None) or infer_size(hidden), **overrides)
+    return cap_lengths(recipe, positions)
+
+
+def task_data_files(task: TaskSpec, glue_dir: str | Path) -> list[Path]:
+    """Every file ``finetune_glue`` reads for ``task`` (train, dev, test; MNLI: AX, WNLI test)."""
+    files = glue_tasks.check_files(task, glue_dir)
+    files += list(glue_tasks.find_test_files(task, glue_dir).values())
+    if task.name == "MNLI":
+        files += [Path(glue_dir) / rel for rel in glue_tasks.AX_CANDIDATES
+                  if (Path(glue_dir) / rel).is_file()][:1]
+        files += list(glue_tasks.find_test_files(glue_tasks.TASKS["WNLI"], glue_dir).values())
+    return files
 
 
 def load_model(model_dir: str | Path, head_fn, device: torch.device) -> FinetuneModel:
@@ -49,12 +72,11 @@ def load_model(model_dir: str | Path, head_fn, device: torch.device) -> Finetune
     return FinetuneModel(encoder, head_fn(cfg.hidden_size)).to(device)
 
 
-def encode_pairs(tokenizer, examples: list[GlueExample], *, max_len: int,
-                 swap: bool = False) -> tuple[list[list[int]], list[list[int]]]:
+def encode_pairs(tokenizer, examples: list[GlueExample], *,
+                 max_len: int) -> tuple[list[list[int]], list[list[int]]]:
     tokenizer.enable_truncation(max_length=max_len)
     tokenizer.no_padding()
-    inputs = [((e.text_b, e.text_a) if swap else (e.text_a, e.text_b)) if e.text_b is not None
-              else e.text_a for e in examples]
+    inputs = [(e.text_a, e.text_b) if e.text_b is not None else e.text_a for e in examples]
     encs = tokenizer.encode_batch(inputs)
     return [e.ids for e in encs], [e.type_ids for e in encs]
 
@@ -65,16 +87,23 @@ def _targets(task: TaskSpec, examples: list[GlueExample]) -> torch.Tensor:
     return torch.tensor([task.label_index(e.label) for e in examples], dtype=torch.long)
 
 
-def _decode(task: TaskSpec, logits: list[np.ndarray]) -> list:
+def _decode(task: TaskSpec, logits: list[np.ndarray]) -> tuple[list, list | None]:
+    """Predictions and, for classification, each row's class probabilities (kept in the
+    prediction files so seeds can be ensembled and scores recomputed)."""
     out = np.stack(logits) if logits else np.zeros((0, task.num_labels))
     if task.kind == "regression":
-        return [round(float(v) * 5.0, 6) for v in out[:, 0]]  # trained on score / 5
-    return [task.labels[int(i)] for i in out.argmax(axis=1)]
+        return [round(float(v) * 5.0, 6) for v in out[:, 0]], None  # trained on score / 5
+    return [task.labels[int(i)] for i in out.argmax(axis=1)], class_probabilities(task.labels, out)
 
 
-def _test_sets(task: TaskSpec, glue_dir: Path) -> dict[str, list[GlueExample]]:
-    sets = {s: glue_tasks.read_tsv(p, task=task, layout=task.test, split=s)
-            for s, p in glue_tasks.find_test_files(task, glue_dir).items()}
+def _test_sets(task: TaskSpec, glue_dir: Path,
+               loaded: dict[str, glue_tasks.GlueSplit] | None = None) -> dict[str, list[GlueExample]]:
+    """Test examples by split; ``loaded`` also gets each file's ``GlueSplit`` (its skipped rows)."""
+    tests = {s: glue_tasks.load_tsv(p, task=task, layout=task.test, split=s)
+             for s, p in glue_tasks.find_test_files(task, glue_dir).items()}
+    if loaded is not None:
+        loaded.update(tests)
+    sets = {s: g.examples for s, g in tests.items()}
     if task.name == "MNLI":
         ax = glue_tasks.read_ax(glue_dir)
         if ax is not None:
@@ -91,22 +120,49 @@ def _test_label(task: TaskSpec, split: str, label):
     return label
 
 
+def check_task_data(task: TaskSpec | str, glue_dir: str | Path) -> dict[str, int]:
+    """Parse every file of a task (rows, labels) without tokenising: ``{split: rows}``.
+
+    A flow calls it for all tasks before the first fine-tuning step, so a malformed row in the
+    last task is reported at once, not after hours spent on the first ones.
+    """
+    task = glue_tasks.get_task(task) if isinstance(task, str) else task
+    splits = {s: glue_tasks.read_split(task, glue_dir, s) for s in ("train", *task.eval_splits)}
+    splits.update(_test_sets(task, Path(glue_dir)))
+    return {s: len(rows) for s, rows in splits.items()}
+
+
 def finetune_glue(task: TaskSpec | str, *, model_dir: str | Path, glue_dir: str | Path,
-                  recipe: FinetuneRecipe, out_dir: str | Path) -> TaskResult:
-    """Fine-tune on one GLUE task for ``recipe.seeds``; predictions and scores under out_dir."""
+                  recipe: FinetuneRecipe, out_dir: str | Path, checkpoint: str | None = None,
+                  run_id: str = "") -> TaskResult:
+    """Fine-tune on one GLUE task for ``recipe.seeds``; predictions and scores under out_dir.
+
+    Seeds already saved under ``out_dir`` for the same checkpoint (default: ``model_dir``),
+    recipe and data are reused, not redone.
+    """
     task = glue_tasks.get_task(task) if isinstance(task, str) else task
     glue_dir, out_dir = Path(glue_dir), Path(out_dir)
-    train_ex = glue_tasks.read_split(task, glue_dir, "train")[: recipe.max_train_examples]
-    eval_sets = {s: glue_tasks.read_split(task, glue_dir, s)[: recipe.max_eval_examples]
-                 for s in task.eval_splits}
-    test_sets = _test_sets(task, glue_dir)
+    data_files = hash_files(task_data_files(task, glue_dir))
+    key = resume_key(checkpoint=checkpoint or str(model_dir), recipe=recipe.to_dict(),
+                     data_files=data_files)
+    # QQP/MNLI malformed rows are skipped as the original does, and recorded in the results.
+    loaded = {s: glue_tasks.load_split(task, glue_dir, s) for s in ("train", *task.eval_splits)}
+    train_ex = loaded["train"].examples[: recipe.max_train_examples]
+    eval_sets = {s: loaded[s].examples[: recipe.max_eval_examples] for s in task.eval_splits}
+    test_sets = _test_sets(task, glue_dir, loaded)
+    done = {s: load_seed(out_dir, task.name, s, key=key) for s in recipe.seeds}
+    result = lambda seeds: TaskResult(  # noqa: E731
+        task=task.name, primary=PRIMARY[task.name], seeds=seeds,
+        num_train=len(glue_tasks.training_examples(task, train_ex)),
+        num_eval={s: len(e) for s, e in eval_sets.items()}, data_files=data_files,
+        skipped_rows=glue_tasks.skipped_summary(loaded))
+    if all(done.values()):
+        return result(list(done.values()))
     tokenizer = load_tokenizer(model_dir)
     pad_id = tokenizer.token_to_id("[PAD]") or 0
-    rows, segs = encode_pairs(tokenizer, train_ex, max_len=recipe.max_seq_len)
-    targets = _targets(task, train_ex)
-    if task.both_orders:
-        r2, s2 = encode_pairs(tokenizer, train_ex, max_len=recipe.max_seq_len, swap=True)
-        rows, segs, targets = rows + r2, segs + s2, torch.cat([targets, targets])
+    train_all = glue_tasks.training_examples(task, train_ex)  # MRPC/STS-B: both orders
+    rows, segs = encode_pairs(tokenizer, train_all, max_len=recipe.max_seq_len)
+    targets = _targets(task, train_all)
     encoded_eval = {s: encode_pairs(tokenizer, ex, max_len=recipe.max_seq_len)
                     for s, ex in {**eval_sets, **test_sets}.items()}
     regression = task.kind == "regression"
@@ -117,6 +173,9 @@ def finetune_glue(task: TaskSpec | str, *, model_dir: str | Path, glue_dir: str 
 
     seeds = []
     for seed in recipe.seeds:
+        if done[seed] is not None:
+            seeds.append(done[seed])
+            continue
         seed_everything(seed)
         model = load_model(model_dir, lambda h: SequenceHead(h, task.num_labels,
                                                              dropout=recipe.dropout), device)
@@ -127,23 +186,25 @@ def finetune_glue(task: TaskSpec | str, *, model_dir: str | Path, glue_dir: str 
                  for s, (r, g) in encoded_eval.items()}
         seeds.append(_write_seed(task, seed=seed, preds=preds, eval_sets=eval_sets,
                                  test_sets=test_sets, out_dir=out_dir, stats=stats))
+        seeds[-1].run_id = run_id
+        save_seed(out_dir, task.name, seeds[-1], key=key)
         del model
-    return TaskResult(task=task.name, primary=PRIMARY[task.name], seeds=seeds,
-                      num_train=len(rows), num_eval={s: len(e) for s, e in eval_sets.items()})
+    return result(seeds)
 
 
 def _write_seed(task: TaskSpec, *, seed: int, preds: dict[str, list], eval_sets, test_sets,
                 out_dir: Path, stats) -> SeedResult:
     dev_rows = []
     for split, examples in eval_sets.items():
-        dev_rows += glue_rows(split, [e.guid for e in examples], preds[split],
-                              [e.label for e in examples])
+        labels, probs = preds[split]
+        dev_rows += glue_rows(split, [e.guid for e in examples], labels,
+                              [e.label for e in examples], probabilities=probs)
     path = write_predictions(prediction_path(out_dir, task.name, seed), dev_rows)
     test_rel = None
     if test_sets:
         test_rows = [{"split": split, "id": e.guid, "prediction": _test_label(task, split, p)}
                      for split, examples in test_sets.items()
-                     for e, p in zip(examples, preds[split])]
+                     for e, p in zip(examples, preds[split][0])]
         test_path = write_predictions(path.with_name(f"seed{seed}.test.jsonl"), test_rows)
         test_rel = str(test_path.relative_to(out_dir))
     return SeedResult(seed=seed, metrics=recompute_metrics(task.name, path),

@@ -5,17 +5,24 @@ Each of the nine tasks (plus the AX diagnostic set) is a ``TaskSpec``: its folde
 per file kind saying which tab-separated column holds what.
 
 Files are read as plain TSV, split on ``\\t`` with NO quote handling: the official files contain
-unbalanced double quotes (MRPC, STS-B) that a CSV reader would glue across lines. Every row must
-have exactly as many fields as the header (or the fixed count for the header-less CoLA files);
-anything else is a ``GlueDataError`` naming the file and the line. A UTF-8 byte-order mark (MRPC)
-is stripped. Labels are checked against the task's label set: a label outside it is an error,
-never a new class. Example ids are the file's own id column where it has one, otherwise
-``"{split}-{line number}"`` so a prediction can always be traced back to a line.
+unbalanced double quotes (MRPC, STS-B) that a CSV reader would glue across lines. Blank lines at
+the end of a file are ignored. Every other row must have exactly as many fields as the header (or
+the fixed count for the header-less CoLA files); anything else is a ``GlueDataError`` naming the
+file and the line — except on QQP and MNLI (``TaskSpec.skip_malformed``), whose official
+downloads contain rows broken by stray newlines inside a question. The original ELECTRA reader
+(``classification_tasks._load_glue``) skips a row that cannot be turned into an example and logs
+it; here such a row is skipped as a ``SkippedRow`` (file, line, reason, detail) that
+``load_split`` returns, so results can record how many rows each file lost. A UTF-8 byte-order
+mark (MRPC) is stripped. Labels are checked against the task's label set: a label outside it is
+an error, never a new class (on QQP/MNLI too: only the field count is tolerated). Example ids
+are the file's own id column where it has one, otherwise ``"{split}-{line number}"`` so a
+prediction can always be traced back to a line.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 
 class GlueDataError(ValueError):
@@ -28,6 +35,35 @@ class GlueExample:
     text_a: str
     text_b: str | None
     label: str | float | None  # class name (str) or score (float); None on test files
+
+
+@dataclass(frozen=True)
+class SkippedRow:
+    """A malformed row left out of a task that tolerates them (QQP, MNLI): never silently."""
+
+    path: str
+    line: int
+    reason: str  # "malformed-row"
+    detail: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class GlueSplit:
+    """One file read: its examples and the rows skipped on the way."""
+
+    path: Path
+    examples: list[GlueExample]
+    skipped: list[SkippedRow] = field(default_factory=list)
+
+
+def skipped_summary(splits: dict[str, GlueSplit]) -> dict[str, dict[str, Any]]:
+    """``{split: {"path", "skipped", "rows"}}`` for results.json; splits without skips omitted."""
+    return {name: {"path": str(s.path), "skipped": len(s.skipped),
+                   "rows": [r.to_dict() for r in s.skipped[:20]]}
+            for name, s in splits.items() if s.skipped}
 
 
 @dataclass(frozen=True)
@@ -55,6 +91,7 @@ class TaskSpec:
     epochs: int = 3
     both_orders: bool = False  # MRPC and STS-B train on (a, b) and (b, a)
     score_range: tuple[float, float] = (0.0, 5.0)
+    skip_malformed: bool = False  # QQP, MNLI: skip and count rows with a wrong field count
 
     @property
     def num_labels(self) -> int:
@@ -90,13 +127,13 @@ TASKS: dict[str, TaskSpec] = {
         TaskSpec("QQP", "classification", _BINARY,
                  train=Layout(guid=0, text_a=3, text_b=4, label=5),
                  dev=Layout(guid=0, text_a=3, text_b=4, label=5),
-                 test=Layout(guid=0, text_a=1, text_b=2)),
+                 test=Layout(guid=0, text_a=1, text_b=2), skip_malformed=True),
         TaskSpec("MNLI", "classification", ("contradiction", "entailment", "neutral"),
                  train=Layout(guid=0, text_a=8, text_b=9, label=-1),
                  dev=Layout(guid=0, text_a=8, text_b=9, label=-1),
                  test=Layout(guid=0, text_a=8, text_b=9),
                  eval_splits=("dev_matched", "dev_mismatched"),
-                 test_splits=("test_matched", "test_mismatched")),
+                 test_splits=("test_matched", "test_mismatched"), skip_malformed=True),
         TaskSpec("QNLI", "classification", _NLI2, train=_PAIR, dev=_PAIR, test=_PAIR_TEST),
         TaskSpec("RTE", "classification", _NLI2, train=_PAIR, dev=_PAIR, test=_PAIR_TEST,
                  epochs=10),
@@ -163,19 +200,52 @@ def _layout_for(task: TaskSpec, split: str) -> Layout:
 
 def read_split(task: TaskSpec | str, glue_dir: str | Path, split: str) -> list[GlueExample]:
     """Read ``glue_dir/<task>/<split>.tsv`` into examples (labels validated)."""
+    return load_split(task, glue_dir, split).examples
+
+
+def load_split(task: TaskSpec | str, glue_dir: str | Path, split: str) -> GlueSplit:
+    """As ``read_split``, with the rows skipped (QQP/MNLI malformed rows) alongside."""
     task = get_task(task) if isinstance(task, str) else task
     path = split_path(task, glue_dir, split)
-    return read_tsv(path, task=task, layout=_layout_for(task, split), split=split)
+    skipped: list[SkippedRow] = []
+    examples = read_tsv(path, task=task, layout=_layout_for(task, split), split=split,
+                        skipped=skipped)
+    return GlueSplit(path=path, examples=examples, skipped=skipped)
 
 
-def read_tsv(path: Path, *, task: TaskSpec | None, layout: Layout,
-             split: str) -> list[GlueExample]:
+def load_tsv(path: Path, *, task: TaskSpec, layout: Layout, split: str) -> GlueSplit:
+    """``read_tsv`` with the skipped rows kept (for test files, read by path)."""
+    skipped: list[SkippedRow] = []
+    examples = read_tsv(path, task=task, layout=layout, split=split, skipped=skipped)
+    return GlueSplit(path=path, examples=examples, skipped=skipped)
+
+
+def training_examples(task: TaskSpec, examples: list[GlueExample]) -> list[GlueExample]:
+    """What a task trains on: MRPC and STS-B (``both_orders``) add every pair swapped.
+
+    The paper trains these symmetric tasks on (a, b) and (b, a); the swapped copies follow the
+    originals, with ids suffixed ``-swap`` so each can be traced back to its line.
+    """
+    if not task.both_orders:
+        return list(examples)
+    swapped = [GlueExample(guid=f"{e.guid}-swap", text_a=e.text_b, text_b=e.text_a,
+                           label=e.label) for e in examples if e.text_b is not None]
+    return list(examples) + swapped
+
+
+def read_tsv(path: Path, *, task: TaskSpec | None, layout: Layout, split: str,
+             skipped: list[SkippedRow] | None = None) -> list[GlueExample]:
+    """Examples of one TSV file; ``skipped`` (if given) receives the rows left out.
+
+    Rows with a wrong field count are skipped only for a task with ``skip_malformed`` AND when
+    the caller passes ``skipped`` to receive them; otherwise they are a ``GlueDataError``.
+    """
     try:
         text = path.read_bytes().decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise GlueDataError(f"{path}: not valid UTF-8 ({exc})") from exc
     lines = text.split("\n")
-    if lines and lines[-1] == "":
+    while lines and not lines[-1].strip():  # trailing blank lines (an editor's extra newline)
         lines.pop()
     expected = layout.num_fields
     start = 0
@@ -184,12 +254,16 @@ def read_tsv(path: Path, *, task: TaskSpec | None, layout: Layout,
             raise GlueDataError(f"{path}: empty file; expected a header line")
         expected = len(lines[0].rstrip("\r").split("\t"))
         start = 1
+    tolerate = task is not None and task.skip_malformed and skipped is not None
     examples = []
     for lineno in range(start + 1, len(lines) + 1):
         fields = lines[lineno - 1].rstrip("\r").split("\t")
         if expected is not None and len(fields) != expected:
-            raise GlueDataError(f"{path}:{lineno}: malformed row: {len(fields)} tab-separated "
-                                f"fields, expected {expected}")
+            detail = f"{len(fields)} tab-separated fields, expected {expected}"
+            if tolerate:
+                skipped.append(SkippedRow(str(path), lineno, "malformed-row", detail))
+                continue
+            raise GlueDataError(f"{path}:{lineno}: malformed row: {detail}")
         examples.append(_make_example(fields, layout=layout, task=task,
                                       where=f"{path}:{lineno}", default_id=f"{split}-{lineno}"))
     return examples

@@ -3,8 +3,11 @@
 Layout inside an evaluation directory: ``predictions/<task>/seed<N>.jsonl``. Each line is one
 evaluated example:
 
-* GLUE: ``{"split", "id", "prediction", "label"}`` — the class name (or STS-B score) predicted
-  and the gold label, so ``recompute_metrics`` needs nothing but the file.
+* GLUE: ``{"split", "id", "prediction", "label", "probabilities"}`` — the class name (or STS-B
+  score) predicted, the gold label, and for classification the model's probability of every
+  class (``{class name: p}``, softmax of the logits), so ``recompute_metrics`` needs nothing but
+  the file and ``ensemble_rows`` can average the seeds' probabilities (regression: their scores)
+  into one prediction per example.
 * SQuAD: ``{"split", "id", "prediction", "best_text", "na_prob", "answers"}`` — the submitted
   answer (``""`` when the no-answer probability exceeds the threshold), the best non-empty span,
   the no-answer probability and the gold texts (empty for unanswerable questions).
@@ -15,6 +18,7 @@ later scan would mistake for a finished one.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -50,9 +54,61 @@ def read_predictions(path: str | Path) -> list[dict[str, Any]]:
     return rows
 
 
-def glue_rows(split: str, guids: list[str], preds: list, labels: list) -> list[dict[str, Any]]:
-    return [{"split": split, "id": g, "prediction": p, "label": y}
+def glue_rows(split: str, guids: list[str], preds: list, labels: list,
+              probabilities: list[dict[str, float]] | None = None) -> list[dict[str, Any]]:
+    rows = [{"split": split, "id": g, "prediction": p, "label": y}
             for g, p, y in zip(guids, preds, labels)]
+    if probabilities is not None:
+        if len(probabilities) != len(rows):
+            raise ValueError(f"{split}: {len(probabilities)} probability rows for {len(rows)} "
+                             f"predictions")
+        for row, probs in zip(rows, probabilities):
+            row["probabilities"] = probs
+    return rows
+
+
+def class_probabilities(class_names: tuple[str, ...] | list[str],
+                        logits) -> list[dict[str, float]]:
+    """Softmax of each row of ``logits`` as ``{class name: probability}`` (max-shifted, stable)."""
+    out = []
+    for row in logits:
+        values = [float(v) for v in row]
+        if len(values) != len(class_names):
+            raise ValueError(f"{len(values)} logits for {len(class_names)} classes")
+        top = max(values)
+        exps = [math.exp(v - top) for v in values]
+        total = sum(exps)
+        out.append({c: e / total for c, e in zip(class_names, exps)})
+    return out
+
+
+def ensemble_rows(paths: list[str | Path]) -> list[dict[str, Any]]:
+    """One row per (split, id) averaging the seeds' files: class probabilities, or scores.
+
+    Every file must hold the same (split, id) set; the ensembled prediction is the class with
+    the highest mean probability (ties: the first class in the files' order) or the mean score.
+    """
+    if not paths:
+        raise ValueError("no prediction files to ensemble")
+    runs = [{(r["split"], r["id"]): r for r in read_predictions(p)} for p in paths]
+    for path, run in zip(paths[1:], runs[1:]):
+        if run.keys() != runs[0].keys():
+            raise ValueError(f"{path}: its (split, id) set differs from {paths[0]}'s")
+    out = []
+    for key, first in runs[0].items():
+        row = {k: v for k, v in first.items() if k not in ("prediction", "probabilities")}
+        if "probabilities" in first:
+            classes = list(first["probabilities"])
+            mean = {c: sum(run[key]["probabilities"][c] for run in runs) / len(runs)
+                    for c in classes}
+            row["probabilities"] = mean
+            row["prediction"] = max(classes, key=lambda c: mean[c])
+        elif isinstance(first["prediction"], (int, float)):
+            row["prediction"] = sum(float(run[key]["prediction"]) for run in runs) / len(runs)
+        else:
+            raise ValueError(f"{paths[0]}: row {key} has neither probabilities nor a score")
+        out.append(row)
+    return out
 
 
 def _as_metric_values(task: str, values: list) -> list:
@@ -67,7 +123,7 @@ def _as_metric_values(task: str, values: list) -> list:
 
 
 def recompute_metrics(task: str, path: str | Path, *,
-                      na_threshold: float = 0.5) -> dict[str, float]:
+                      na_threshold: float = -2.75) -> dict[str, float]:
     """The task's metric dict in percent (as the paper reports), from a prediction file alone.
 
     Fine-tuning computes its reported scores through this very function, so a score in
@@ -76,6 +132,11 @@ def recompute_metrics(task: str, path: str | Path, *,
     rows = read_predictions(path)
     if task.startswith("SQuAD"):
         return squad_metrics_from_rows(rows, v2=task.endswith("2.0"), na_threshold=na_threshold)
+    return glue_metrics_from_rows(task, rows)
+
+
+def glue_metrics_from_rows(task: str, rows: list[dict[str, Any]]) -> dict[str, float]:
+    """A GLUE task's metric dict in percent from prediction rows (a file's, or an ensemble's)."""
     per_split: dict[str, tuple[list, list]] = {}
     for r in rows:
         preds, labels = per_split.setdefault(r["split"], ([], []))
@@ -87,7 +148,7 @@ def recompute_metrics(task: str, path: str | Path, *,
 
 
 def squad_metrics_from_rows(rows: list[dict[str, Any]], *, v2: bool,
-                            na_threshold: float = 0.5) -> dict[str, float]:
+                            na_threshold: float = -2.75) -> dict[str, float]:
     """EM/F1 in percent; for 2.0 also the best-threshold scores (threshold as a probability)."""
     golds = {r["id"]: list(r["answers"]) for r in rows}
     texts = {r["id"]: r["best_text"] for r in rows}

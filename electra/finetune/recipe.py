@@ -11,6 +11,9 @@ Common: AdamW (eps 1e-6), weight decay 0, 10% linear warm-up multiplied into a l
 0, batch 32, 3 epochs (RTE, STS-B 10; SQuAD 2), max length 128 (SQuAD 512/128/64), dropout 0.1,
 gradient clipping 1.0 as in the original's optimiser.
 
+``cap_lengths`` cuts the lengths to the model's ``max_position_embeddings`` (a small model with
+128 positions cannot take SQuAD's 512) and records each cut in ``length_caps``.
+
 Layer-wise decay gives parameter group at depth d the learning rate ``lr × decay^(top - d)``:
 embeddings (and the embedding projection) are depth 0, encoder layer i (0-based) depth i + 1.
 
@@ -71,7 +74,12 @@ class FinetuneRecipe:
     squad_max_answer: int = 30
     squad_n_best: int = 20
     squad_epochs: float = 2.0
-    squad_na_threshold: float = 0.5  # na_prob above this answers "" (best threshold reported too)
+    # no-answer score (ELECTRA: the answerability logit) above this answers "" (the best
+    # threshold is reported too); -2.75 is the original's qa_na_threshold
+    squad_na_threshold: float = -2.75
+    squad_head: Literal["paper", "plain"] = "paper"  # paper: start-conditioned end + beam
+    squad_beam: int = 20  # paper head: start_n_top = end_n_top
+    squad_answerable_weight: float = 0.5  # weight of the SQuAD 2.0 answerability loss
     max_train_examples: int | None = None  # cap for smoke runs; None = the whole training set
     max_eval_examples: int | None = None
     eval_batch_size: int = 128
@@ -81,6 +89,8 @@ class FinetuneRecipe:
     # faster on 1 thread: OpenMP workers spin-wait for cores that other processes hold.
     num_threads: int | None = None
     deepspeed: bool = False  # wrap the model in a single-process DeepSpeed engine
+    # lengths cut to the model's max_position_embeddings: {knob: {"recipe": asked, "used": cap}}
+    length_caps: dict = dataclasses.field(default_factory=dict)
 
     def validate(self) -> None:
         """Ranges (``from_dict`` calls it; the ``Literal`` fields are checked while loading)."""
@@ -89,6 +99,8 @@ class FinetuneRecipe:
         check(self.batch_size > 0 and self.num_seeds > 0, "batch_size and num_seeds > 0")
         check(self.epochs is None or self.epochs > 0, "epochs > 0")
         check(self.num_threads is None or self.num_threads > 0, "num_threads > 0 or None")
+        check(self.squad_beam > 0 and self.squad_answerable_weight >= 0,
+              "squad_beam > 0, squad_answerable_weight >= 0")
 
     @property
     def seeds(self) -> list[int]:
@@ -107,6 +119,23 @@ def recipe_for_size(size: str, **overrides: Any) -> FinetuneRecipe:
     if size not in SIZE_DEFAULTS:
         raise strict.ConfigError(f"unknown model size {size!r}; known: {list(SIZE_DEFAULTS)}")
     return FinetuneRecipe.from_dict({"size": size, **SIZE_DEFAULTS[size], **overrides})
+
+
+def cap_lengths(recipe: FinetuneRecipe, max_positions: int) -> FinetuneRecipe:
+    """The recipe with ``max_seq_len`` and ``squad_max_len`` at most the model's positions.
+
+    A longer input has no position embedding (the model would crash on it); each cut is
+    recorded in ``length_caps`` so the results say which length was really used.
+    """
+    check(max_positions > 0, f"max_position_embeddings {max_positions} must be > 0")
+    caps = dict(recipe.length_caps)
+    values = {}
+    for knob in ("max_seq_len", "squad_max_len"):
+        asked = getattr(recipe, knob)
+        if asked > max_positions:
+            values[knob] = max_positions
+            caps[knob] = {"recipe": asked, "used": max_positions}
+    return dataclasses.replace(recipe, **values, length_caps=caps) if values else recipe
 
 
 def infer_size(hidden_size: int) -> str:

@@ -2,7 +2,8 @@
 
 ``results.json``: the checkpoint evaluated (path, step, its ``meta.json``), the model folder and
 recipe used, per task the metric names, every seed's scores and prediction file, the medians, and
-the GLUE average of the medians (``metrics.glue_average``). It is written LAST and atomically,
+the GLUE average of the medians (``metrics.glue_average``) with the tasks it covers, and the
+paper's 8-task GLUE score only when all eight are present. It is written LAST and atomically,
 so its presence marks a finished evaluation (the new-checkpoint scanner relies on this).
 
 ``report.html`` is a static page: the median table, the per-seed table, ``seeds.png`` (every
@@ -16,13 +17,14 @@ from __future__ import annotations
 
 import html
 import json
+import logging
 import time
 from pathlib import Path
 from typing import Any
 
 from common.storage import write_bytes
 
-from .metrics import glue_average
+from .metrics import glue_average, glue_average_label, glue_average_tasks, paper_glue_average
 from .results import TaskResult
 
 RESULTS = "results.json"
@@ -34,10 +36,13 @@ LOSS_KEYS = ("loss", "gen_loss", "disc_loss")
 def build_results(*, checkpoint: str, model_dir: str, step: int | None, meta: dict,
                   recipe: dict, tasks: dict[str, TaskResult]) -> dict[str, Any]:
     medians = {t: r.median.get(r.primary) for t, r in tasks.items()}
+    scored = {t: v for t, v in medians.items() if v is not None}
     return {"format_version": FORMAT_VERSION, "checkpoint": checkpoint, "model_dir": model_dir,
             "step": step, "checkpoint_meta": meta, "recipe": recipe,
             "tasks": {t: r.to_dict() for t, r in tasks.items()},
-            "glue_average": glue_average({t: v for t, v in medians.items() if v is not None}),
+            "glue_average": glue_average(scored),
+            "glue_average_tasks": glue_average_tasks(scored),
+            "paper_glue_average": paper_glue_average(scored),
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
 
@@ -66,22 +71,44 @@ def markdown_table(results: dict[str, Any]) -> str:
                          f"{min(values):.2f} | {max(values):.2f} |")
     avg = results.get("glue_average")
     if avg is not None:
-        lines.append(f"| **GLUE avg** (WNLI excluded) | primary | {avg:.2f} | | | |")
+        lines.append(f"| **{_average_label(results)}** | primary | {avg:.2f} | | | |")
     return "\n".join(lines) + "\n"
 
 
-def read_loss_curve(metrics_jsonl: Path) -> dict[str, list[tuple[int, float]]]:
-    """``{key: [(step, value)]}`` for the loss keys present in a run's metrics.jsonl."""
+def _average_label(results: dict[str, Any]) -> str:
+    # Older results.json files lack the task list: label them with every GLUE task they hold.
+    tasks = results.get("glue_average_tasks") or glue_average_tasks(results["tasks"])
+    return glue_average_label(tasks)
+
+
+def read_loss_curve(metrics_jsonl: Path,
+                    skipped: list[str] | None = None) -> dict[str, list[tuple[int, float]]]:
+    """``{key: [(step, value)]}`` for the loss keys present in a run's metrics.jsonl.
+
+    A last line without its newline that does not parse was cut by a killed trainer: it is
+    ignored, logged and appended to ``skipped`` (``"file:line: reason"``). A bad complete line is
+    corruption, not a cut, and stays an error naming file and line.
+    """
     curves: dict[str, list[tuple[int, float]]] = {}
     if not metrics_jsonl.is_file():
         return curves
-    for lineno, line in enumerate(metrics_jsonl.read_text().splitlines(), 1):
+    text = metrics_jsonl.read_text(errors="replace")
+    lines = text.splitlines()
+    for lineno, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
             row = json.loads(line)
         except json.JSONDecodeError as exc:
+            if lineno == len(lines) and not text.endswith("\n"):
+                where = f"{metrics_jsonl}:{lineno}: cut last line ignored ({exc})"
+                logging.getLogger(__name__).warning("%s", where)
+                if skipped is not None:
+                    skipped.append(where)
+                continue
             raise ValueError(f"{metrics_jsonl}:{lineno}: not a JSON line ({exc})") from exc
+        if not isinstance(row, dict):
+            raise ValueError(f"{metrics_jsonl}:{lineno}: not a JSON object")
         for key in LOSS_KEYS:
             if isinstance(row.get(key), (int, float)) and "step" in row:
                 curves.setdefault(key, []).append((int(row["step"]), float(row[key])))
@@ -169,7 +196,7 @@ def _html_table(results: dict[str, Any]) -> str:
             rows.append(f"<tr><td>{html.escape(task)}</td><td>{m}</td>"
                         f"<td>{r['median'][m]:.2f}</td><td>{len(r['seeds'])}</td></tr>")
     if results.get("glue_average") is not None:
-        rows.append(f"<tr><th colspan=2>GLUE average (WNLI excluded)</th>"
+        rows.append(f"<tr><th colspan=2>{html.escape(_average_label(results))}</th>"
                     f"<th>{results['glue_average']:.2f}</th><td></td></tr>")
     return "\n".join(rows) + "</table>"
 

@@ -9,10 +9,20 @@ not contain the whole answer (or whose question is unanswerable) points at [CLS]
 
 A token occurs in several windows; only the window where it has the most context on both sides
 (``min(left, right) + 0.01 * length``, as in the original) may start an answer, so each answer is
-judged where the model saw it best. Post-processing takes the ``n_best`` (20) start and end
-logits per feature, keeps spans inside the context with ``end >= start`` and at most
-``max_answer_len`` (30) tokens, and returns the best-scoring text per question plus, for 2.0,
-the no-answer probability from the answerability head (the most confident window decides).
+judged where the model saw it best. Post-processing takes candidate spans per feature (plain
+head, ``postprocess``: the ``n_best`` (20) start times the ``n_best`` end logits; paper head,
+``postprocess_beam``: its beam of starts each with its best start-conditioned ends), keeps spans
+inside the context with ``end >= start`` and at most ``max_answer_len`` (30) tokens starting at a
+max-context token, and returns the best-scoring text per question plus, for 2.0,
+the no-answer score: the smallest answerability logit over its windows (the window most sure
+there is an answer decides), as the original's ``score_null``; it is a logit, not a probability,
+and the original cuts it at -2.75.
+
+Misaligned training answers: the original skips a training question whose answer text is not
+where ``answer_start`` says, or cannot be found again after tokenisation, and so does
+``featurize(training=True)``: such a question gives no window and is listed in
+``SquadFeatures.skipped`` (``{qid, reason, detail}``), so it is counted, not fatal and not lost.
+At evaluation the offsets do not matter (answers are scored as texts), so nothing is skipped.
 """
 from __future__ import annotations
 
@@ -36,6 +46,7 @@ class SquadExample:
     answers: tuple[str, ...]  # gold texts (empty for unanswerable)
     answer_start: int | None  # character offset of the first answer (training target)
     is_impossible: bool = False
+    misaligned: str = ""  # why the first answer is not at answer_start ("" when it is)
 
 
 @dataclass
@@ -50,13 +61,18 @@ class SquadFeatures:
     start_positions: list[int] = field(default_factory=list)
     end_positions: list[int] = field(default_factory=list)
     is_impossible: list[int] = field(default_factory=list)
+    skipped: list[dict] = field(default_factory=list)  # {qid, reason, detail}, training only
 
     def __len__(self) -> int:
         return len(self.input_ids)
 
 
 def read_squad(path: str | Path, *, version: str) -> list[SquadExample]:
-    """Read an official SQuAD JSON file; answers are checked against the context."""
+    """Read an official SQuAD JSON file; answers are checked against the context.
+
+    A malformed question is an error naming the file and question; an answer that is not at its
+    ``answer_start`` is kept with ``misaligned`` set (training skips it, see the module doc).
+    """
     path = Path(path)
     if version not in ("1.1", "2.0"):
         raise SquadDataError(f"unknown SQuAD version {version!r}; expected 1.1 or 2.0")
@@ -86,16 +102,16 @@ def _make_example(qa: dict, context: str, *, version: str, where: str) -> SquadE
         if not impossible and not answers:
             raise SquadDataError(f"{where}: question {qid} has no answers and is not "
                                  "marked is_impossible")
-        start = None
+        start, misaligned = None, ""
         if answers:
             start = int(answers[0]["answer_start"])
             text = answers[0]["text"]
             if context[start:start + len(text)] != text:
-                raise SquadDataError(f"{where}: question {qid}: answer {text!r} not found at "
-                                     f"answer_start {start} of its context")
+                misaligned = (f"{where}: question {qid}: answer {text!r} not found at "
+                              f"answer_start {start} of its context")
         return SquadExample(qid=qid, question=qa["question"], context=context,
                             answers=tuple(a["text"] for a in answers), answer_start=start,
-                            is_impossible=impossible)
+                            is_impossible=impossible, misaligned=misaligned)
     except (KeyError, TypeError, ValueError) as exc:
         if isinstance(exc, SquadDataError):
             raise
@@ -110,8 +126,12 @@ def _special(tokenizer, token: str) -> int:
 
 
 def featurize(examples: list[SquadExample], tokenizer, *, max_len: int = 512,
-              doc_stride: int = 128, max_query: int = 64) -> SquadFeatures:
-    """Doc-stride windows for every example (``tokenizer``: a ``tokenizers.Tokenizer``)."""
+              doc_stride: int = 128, max_query: int = 64, training: bool = False) -> SquadFeatures:
+    """Doc-stride windows for every example (``tokenizer``: a ``tokenizers.Tokenizer``).
+
+    ``training``: answerable questions whose answer is misaligned get no window and are listed
+    in ``skipped`` instead.
+    """
     cls_id, sep_id = _special(tokenizer, "[CLS]"), _special(tokenizer, "[SEP]")
     tokenizer.no_truncation()
     tokenizer.no_padding()
@@ -124,6 +144,14 @@ def featurize(examples: list[SquadExample], tokenizer, *, max_len: int = 512,
         if window <= 0:
             raise ValueError(f"max_len {max_len} leaves no room for the context")
         tok_start, tok_end = _answer_tokens(ex, c.offsets)
+        if training and not ex.is_impossible and ex.answers:
+            reason = ("answer_offset_mismatch" if ex.misaligned
+                      else "answer_not_tokenised" if tok_start is None else "")
+            if reason:
+                feats.skipped.append({"qid": ex.qid, "reason": reason, "detail": ex.misaligned
+                                      or f"question {ex.qid}: answer {ex.answers[0]!r} covers "
+                                         "no token of the context"})
+                continue
         starts = _window_starts(len(c.ids), window, doc_stride)
         for w0 in starts:
             w1 = min(w0 + window, len(c.ids))
@@ -163,7 +191,7 @@ def _is_max_context(starts: list[int], window: int, n_tokens: int, w0: int, t: i
 
 def _answer_tokens(ex: SquadExample, offsets) -> tuple[int | None, int | None]:
     """First and last context token overlapping the first gold answer's characters."""
-    if ex.is_impossible or ex.answer_start is None:
+    if ex.is_impossible or ex.answer_start is None or ex.misaligned:
         return None, None
     c0, c1 = ex.answer_start, ex.answer_start + len(ex.answers[0])
     toks = [t for t, (a, b) in enumerate(offsets) if a < c1 and b > c0]
@@ -176,22 +204,53 @@ def _answer_tokens(ex: SquadExample, offsets) -> tuple[int | None, int | None]:
 class SquadPrediction:
     text: str  # best non-null answer
     score: float
-    na_prob: float  # 0 for SQuAD 1.1
+    na_prob: float  # the no-answer logit (min over windows); 0 for SQuAD 1.1
+
+
+# One window's candidate spans: [(score, start, end)] in the window's token positions.
+Candidates = list[tuple[float, int, int]]
 
 
 def postprocess(examples: list[SquadExample], feats: SquadFeatures, start_logits: np.ndarray,
                 end_logits: np.ndarray, *, na_logits: np.ndarray | None = None,
                 n_best: int = 20, max_answer_len: int = 30) -> dict[str, SquadPrediction]:
-    """Best answer per question from per-feature logits (padded arrays [F, T] are fine)."""
+    """Best answer per question from a plain head's logits (padded arrays [F, T] are fine).
+
+    Candidates: the ``n_best`` starts times the ``n_best`` ends, scored start + end logit.
+    """
+    def cands(f: int) -> Candidates:
+        n = len(feats.input_ids[f])
+        s_log, e_log = start_logits[f][:n], end_logits[f][:n]
+        top_s, top_e = np.argsort(-s_log)[:n_best], np.argsort(-e_log)[:n_best]
+        return [(float(s_log[s] + e_log[e]), int(s), int(e)) for s in top_s for e in top_e]
+    return _select(examples, feats, cands, na_logits, max_answer_len)
+
+
+def postprocess_beam(examples: list[SquadExample], feats: SquadFeatures, start_lp: np.ndarray,
+                     start_idx: np.ndarray, end_lp: np.ndarray, end_idx: np.ndarray, *,
+                     na_logits: np.ndarray | None = None,
+                     max_answer_len: int = 30) -> dict[str, SquadPrediction]:
+    """Best answer per question from the paper head's beam ([F, k] starts, [F, k, k] ends).
+
+    Candidates: start ``i`` of the beam with each of its ``k`` ends, scored by the sum of the
+    start and (start-conditioned) end log-probabilities, as the original's joint prediction.
+    """
+    def cands(f: int) -> Candidates:
+        k = start_idx.shape[1]
+        return [(float(start_lp[f, i] + end_lp[f, i, j]), int(start_idx[f, i]),
+                 int(end_idx[f, i, j])) for i in range(k) for j in range(end_idx.shape[2])]
+    return _select(examples, feats, cands, na_logits, max_answer_len)
+
+
+def _select(examples, feats: SquadFeatures, cands, na_logits, max_answer_len: int
+            ) -> dict[str, SquadPrediction]:
     best: dict[int, SquadPrediction] = {}
     min_na: dict[int, float] = {}
     for f in range(len(feats)):
         i = feats.example_index[f]
-        n = len(feats.input_ids[f])
-        s_log, e_log = start_logits[f][:n], end_logits[f][:n]
         if na_logits is not None:
             min_na[i] = min(min_na.get(i, math.inf), float(na_logits[f]))
-        cand = _best_span(feats, f, s_log, e_log, n_best=n_best, max_answer_len=max_answer_len)
+        cand = _best_valid(feats, f, cands(f), max_answer_len)
         if cand is not None and (i not in best or cand[0] > best[i].score):
             a, b = feats.offsets[f][cand[1]][0], feats.offsets[f][cand[2]][1]
             best[i] = SquadPrediction(text=examples[i].context[a:b], score=cand[0], na_prob=0.0)
@@ -199,24 +258,21 @@ def postprocess(examples: list[SquadExample], feats: SquadFeatures, start_logits
     for i, ex in enumerate(examples):
         pred = best.get(i, SquadPrediction(text="", score=-math.inf, na_prob=0.0))
         if i in min_na:
-            pred.na_prob = 1.0 / (1.0 + math.exp(-min_na[i]))
+            pred.na_prob = min_na[i]
         out[ex.qid] = pred
     return out
 
 
-def _best_span(feats: SquadFeatures, f: int, s_log: np.ndarray, e_log: np.ndarray, *,
-               n_best: int, max_answer_len: int) -> tuple[float, int, int] | None:
-    offsets, max_ctx = feats.offsets[f], feats.max_context[f]
-    top_s = np.argsort(-s_log)[:n_best]
-    top_e = np.argsort(-e_log)[:n_best]
+def _best_valid(feats: SquadFeatures, f: int, cands: Candidates, max_answer_len: int
+                ) -> tuple[float, int, int] | None:
+    """The best span that starts at a max-context token and lies inside the context."""
+    offsets, max_ctx, n = feats.offsets[f], feats.max_context[f], len(feats.input_ids[f])
     best = None
-    for s in top_s:
-        if offsets[s] is None or not max_ctx[s]:
+    for score, s, e in cands:
+        if s >= n or e >= n or offsets[s] is None or offsets[e] is None or not max_ctx[s]:
             continue
-        for e in top_e:
-            if offsets[e] is None or e < s or e - s + 1 > max_answer_len:
-                continue
-            score = float(s_log[s] + e_log[e])
-            if best is None or score > best[0]:
-                best = (score, int(s), int(e))
+        if e < s or e - s + 1 > max_answer_len:
+            continue
+        if best is None or score > best[0]:
+            best = (score, s, e)
     return best

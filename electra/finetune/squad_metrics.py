@@ -1,12 +1,22 @@
 """SQuAD exact match and F1 as the official v1.1 / v2.0 evaluation scripts define them.
 
-Normalisation: lower-case, drop ASCII punctuation, drop the articles a/an/the (whole words),
-collapse whitespace. A prediction is scored against every gold answer and the maximum counts.
-SQuAD 2.0: a question with no (non-empty after normalisation) gold answer has the single gold
-answer ``""``, so only an empty prediction scores on it; token F1 between an empty and a
-non-empty string is 0, between two empty strings 1.
+Normalisation (both versions): lower-case, drop ASCII punctuation, drop the articles a/an/the
+(whole words), collapse whitespace. A prediction is scored against every gold answer and the
+maximum counts. The two scripts differ only at the edges, and each version is scored by its own:
 
-Best no-answer threshold (2.0): given a no-answer probability per question, the threshold t that
+* v1.1: the gold texts are used as they are (none dropped); token F1 is 0 whenever the two
+  token bags share nothing, an empty prediction against an empty gold included.
+* v2.0: gold answers empty after normalisation are dropped; a question left with none (an
+  unanswerable one) has the single gold answer ``""``, so only an empty prediction scores on it;
+  token F1 between an empty and a non-empty string is 0, between two empty strings 1.
+
+``version=None`` infers the rules: 2.0 when no-answer scores are given or a question has no gold
+answer, else 1.1, so callers that do not pass a version still score a v1.1 file by the v1.1
+rules; pass it explicitly to score answerable-only v2.0 questions (the rules then differ only on
+texts that normalise to "").
+
+Best no-answer threshold (2.0): given a no-answer score per question (the official script calls
+it a probability; ELECTRA, and this project, pass the answerability logit), the threshold t that
 maximises the total score when every question with ``na_prob > t`` is answered with ``""``. The
 scan sorts questions by na_prob and walks the threshold up through them, exactly as the official
 script does, so its results match the leaderboard's "best_exact"/"best_f1".
@@ -44,6 +54,18 @@ def token_f1(prediction: str, gold: str) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
+def token_f1_v1(prediction: str, gold: str) -> float:
+    """F1 of the official v1.1 script: no special case for empty token bags."""
+    common = (collections.Counter(normalize_answer(prediction).split())
+              & collections.Counter(normalize_answer(gold).split()))
+    same = sum(common.values())
+    if same == 0:
+        return 0.0
+    precision = same / len(normalize_answer(prediction).split())
+    recall = same / len(normalize_answer(gold).split())
+    return 2 * precision * recall / (precision + recall)
+
+
 def gold_texts(answers: list[str]) -> list[str]:
     """Gold answers that survive normalisation, or ``[""]`` for an unanswerable question."""
     kept = [a for a in answers if normalize_answer(a)]
@@ -75,17 +97,26 @@ def _mean(values: list[float]) -> float | None:
 
 def squad_evaluate(golds: dict[str, list[str]], predictions: dict[str, str], *,
                    na_probs: dict[str, float] | None = None,
-                   na_prob_thresh: float = 1.0) -> SquadScores:
+                   na_prob_thresh: float = 1.0, version: str | None = None) -> SquadScores:
     """Score ``{qid: prediction}`` against ``{qid: [gold texts]}`` (empty list = unanswerable).
 
-    A question missing from ``predictions`` is an error, not a silent zero.
+    ``na_probs`` are the no-answer scores (the official script's ``na_prob`` file; ELECTRA
+    writes its answerability logits there), a question with a score above ``na_prob_thresh`` is
+    answered ``""``. A question missing from ``predictions`` is an error, not a silent zero.
     """
     missing = [q for q in golds if q not in predictions]
     if missing:
         raise ValueError(f"{len(missing)} questions have no prediction, e.g. {missing[:3]}")
+    if version is None:
+        version = "2.0" if na_probs is not None or not all(golds.values()) else "1.1"
+    if version == "1.1":
+        return _evaluate_v1(golds, predictions)
+    if version != "2.0":
+        raise ValueError(f"unknown SQuAD version {version!r}; expected 1.1 or 2.0")
     raw_em = {q: max_over_golds(exact_match, predictions[q], g) for q, g in golds.items()}
     raw_f1 = {q: max_over_golds(token_f1, predictions[q], g) for q, g in golds.items()}
-    has_ans = {q: bool(gold_texts(g)[0]) for q, g in golds.items()}
+    # as the official script: a question with answers is answerable even if they normalise to ""
+    has_ans = {q: bool(g) for q, g in golds.items()}
     em, f1 = dict(raw_em), dict(raw_f1)
     if na_probs is not None:
         for q in golds:
@@ -106,6 +137,16 @@ def squad_evaluate(golds: dict[str, list[str]], predictions: dict[str, str], *,
         scores.best_f1, scores.best_f1_thresh = best_threshold(
             predictions, raw_f1, na_probs, has_ans)
     return scores
+
+
+def _evaluate_v1(golds: dict[str, list[str]], predictions: dict[str, str]) -> SquadScores:
+    empty = [q for q, g in golds.items() if not g]
+    if empty:
+        raise ValueError(f"SQuAD v1.1 rules: {len(empty)} questions have no gold answer, "
+                         f"e.g. {empty[:3]}")
+    em = [max(exact_match(predictions[q], g) for g in gs) for q, gs in golds.items()]
+    f1 = [max(token_f1_v1(predictions[q], g) for g in gs) for q, gs in golds.items()]
+    return SquadScores(exact=_mean(em) or 0.0, f1=_mean(f1) or 0.0, total=len(golds))
 
 
 def best_threshold(predictions: dict[str, str], raw_scores: dict[str, float],

@@ -13,6 +13,9 @@ HEADERS = {
     "QNLI": "index\tquestion\tsentence\tlabel",
     "RTE": "index\tsentence1\tsentence2\tlabel",
     "WNLI": "index\tsentence1\tsentence2\tlabel",
+    "MRPC": "Quality\t#1 ID\t#2 ID\t#1 String\t#2 String",
+    "STS-B": ("index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\t"
+              "sentence2\tscore"),
     "MNLI": ("index\tpromptID\tpairID\tgenre\tsentence1_binary_parse\tsentence2_binary_parse\t"
              "sentence1_parse\tsentence2_parse\tsentence1\tsentence2\tlabel1\tgold_label"),
 }
@@ -40,6 +43,12 @@ def glue_rows(task: str, n: int, rng: random.Random, *, test: bool = False) -> l
             rows.append(f"{i}\t{a}\t{b}" + ("" if test else f"\t{lab}"))
         elif task == "WNLI":
             rows.append(f"{i}\t{a}\t{b}" + ("" if test else f"\t{i % 2}"))
+        elif task == "MRPC":
+            rows.append(f"{i}\t{2*i}\t{2*i+1}\t{a}\t{b}" if test else
+                        f"{i % 2}\t{2*i}\t{2*i+1}\t{a}\t{b}")
+        elif task == "STS-B":
+            meta = f"{i}\tmain-news\tfile\t2012\t{i}\tnone\tnone"
+            rows.append(f"{meta}\t{a}\t{b}" + ("" if test else f"\t{(i * 0.7) % 5:.3f}"))
         elif task == "MNLI":
             lab = ("contradiction", "entailment", "neutral")[i % 3]
             parse = f"( {a} )\t( {b} )\t(ROOT {a})\t(ROOT {b})"
@@ -56,7 +65,8 @@ def write_task(glue_dir: Path, task: str, *, n_train: int = 12, n_dev: int = 6,
     for name in dev_names:
         write(folder / f"{name}.tsv", [HEADERS[task]] + glue_rows(task, n_dev, rng))
     if n_test:
-        test_header = {"QQP": "id\tquestion1\tquestion2"}.get(
+        test_header = {"QQP": "id\tquestion1\tquestion2",
+                       "MRPC": "index\t#1 ID\t#2 ID\t#1 String\t#2 String"}.get(
             task, "\t".join(HEADERS[task].split("\t")[:-1 if task != "MNLI" else -2]))
         for name in (["test_matched", "test_mismatched"] if task == "MNLI" else ["test"]):
             write(folder / f"{name}.tsv", [test_header] + glue_rows(task, n_test, rng, test=True))
@@ -115,3 +125,39 @@ def squad_json(path: Path, *, version: str, n_paragraphs: int = 3, seed: int = 0
     path.write_text(json.dumps({"version": f"v{version}",
                                 "data": [{"title": "t", "paragraphs": paragraphs}]}))
     return path
+
+
+def independent_glue_scores(task: str, rows: list[dict]) -> dict[str, float]:
+    """A GLUE prediction file's scores (percent) by scikit-learn/scipy, not the project's code.
+
+    Constant predictions score 0 correlation, the convention the project defines (scipy: NaN).
+    """
+    import numpy as np
+    from scipy import stats
+    from sklearn import metrics as skm
+
+    def one(split_rows: list[dict]) -> dict[str, float]:
+        y = [r["label"] for r in split_rows]
+        p = [r["prediction"] for r in split_rows]
+        if task == "STS-B":
+            y, p = np.asarray(y, dtype=float), np.asarray(p, dtype=float)
+            if len(set(p)) < 2 or len(set(y)) < 2:
+                return {"pearson": 0.0, "spearman": 0.0}
+            return {"pearson": 100 * stats.pearsonr(p, y)[0],
+                    "spearman": 100 * stats.spearmanr(p, y)[0]}
+        y, p = [str(v) for v in y], [str(v) for v in p]
+        if task == "CoLA":
+            return {"mcc": 100 * skm.matthews_corrcoef(y, p)}
+        out = {"accuracy": 100 * skm.accuracy_score(y, p)}
+        if task in ("MRPC", "QQP"):
+            out["f1"] = 100 * skm.f1_score(y, p, pos_label="1", zero_division=0)
+        return out
+
+    splits: dict[str, list[dict]] = {}
+    for r in rows:
+        splits.setdefault(r["split"], []).append(r)
+    if task == "MNLI":
+        suffix = {"dev_matched": "_m", "dev_mismatched": "_mm"}
+        return {k + suffix[s]: v for s, rs in splits.items() for k, v in one(rs).items()}
+    (only,) = splits.values()
+    return one(only)

@@ -13,7 +13,7 @@ from electra.finetune.loop import lr_multiplier, pad_batch
 from electra.finetune.predictions import read_predictions, recompute_metrics
 from electra.finetune.squad_finetune import finetune_squad
 
-from .glue_files import squad_json, write_keyword_sst2
+from .glue_files import independent_glue_scores, squad_json, write_keyword_sst2, write_task
 from .tiny_model import tiny_export, train_tokenizer
 
 REPO = Path(__file__).resolve().parents[3]
@@ -112,5 +112,61 @@ def test_same_code_on_cuda(tiny):
     rec = recipe_for_model(model, **{**FAST, "device": "cuda", "precision": "bf16"})
     res = finetune_glue("SST-2", model_dir=model, glue_dir=root / "glue", recipe=rec,
                         out_dir=root / "cuda")
-    assert res.seeds[0].steps == 3 and recompute_metrics(
-        "SST-2", root / "cuda" / res.seeds[0].predictions) == res.seeds[0].metrics
+    rows = read_predictions(root / "cuda" / res.seeds[0].predictions)
+    assert res.seeds[0].steps == 3 and independent_glue_scores("SST-2", rows) == pytest.approx(res.seeds[0].metrics)
+
+
+def test_lengths_capped_to_the_models_positions(tiny):
+    _, model = tiny  # tiny_export: max_position_embeddings 128
+    rec = recipe_for_model(model)
+    assert (rec.max_seq_len, rec.squad_max_len) == (128, 128)
+    assert rec.length_caps == {"squad_max_len": {"recipe": 512, "used": 128}}
+    rec = recipe_for_model(model, max_seq_len=300, squad_max_len=64)
+    assert (rec.max_seq_len, rec.squad_max_len) == (128, 64)
+    assert rec.length_caps == {"max_seq_len": {"recipe": 300, "used": 128}}
+
+
+def test_finished_seeds_are_reused(tiny):
+    root, model = tiny
+    one = finetune_glue("SST-2", model_dir=model, glue_dir=root / "glue", out_dir=root / "r",
+                        recipe=recipe_for_model(model, **FAST), run_id="first")
+    two = finetune_glue("SST-2", model_dir=model, glue_dir=root / "glue", out_dir=root / "r",
+                        recipe=recipe_for_model(model, **{**FAST, "num_seeds": 2}),
+                        run_id="second")
+    # a different recipe (num_seeds) is a different key: both seeds run again
+    assert [s.run_id for s in two.seeds] == ["second", "second"]
+    assert two.seeds[0].train_loss == one.seeds[0].train_loss  # same seed, same run
+    again = finetune_glue("SST-2", model_dir=model, glue_dir=root / "glue",
+                          out_dir=root / "r", run_id="third",
+                          recipe=recipe_for_model(model, **{**FAST, "num_seeds": 2}))
+    assert again.to_dict() == two.to_dict()  # nothing redone
+
+
+def test_check_task_data_parses_every_file(tmp_path):
+    import re
+
+    from electra.finetune.finetune import check_task_data
+    from electra.finetune.glue_tasks import GlueDataError
+
+    folder = write_task(tmp_path, "RTE", n_train=7, n_dev=3, n_test=2)
+    assert check_task_data("RTE", tmp_path) == {"train": 7, "dev": 3, "test": 2}
+    dev = folder / "dev.tsv"
+    lines = dev.read_text().splitlines()
+    lines[2] = "\t".join(lines[2].split("\t")[:-1] + ["maybe"])
+    dev.write_text("\n".join(lines) + "\n")
+    with pytest.raises(GlueDataError, match=re.escape(f"{dev}:3: RTE label 'maybe'")):
+        check_task_data("RTE", tmp_path)
+
+
+def test_skipped_qqp_rows_are_recorded_in_the_task_result(tiny):
+    root, model = tiny
+    folder = write_task(root / "glue_qqp", "QQP", n_train=16, n_dev=6)
+    lines = (folder / "train.tsv").read_text().splitlines()
+    lines.insert(3, "cut\trow\twith four")  # line 4: a row broken as in the official downloads
+    (folder / "train.tsv").write_text("\n".join(lines) + "\n")
+    res = finetune_glue("QQP", model_dir=model, glue_dir=root / "glue_qqp",
+                        recipe=recipe_for_model(model, **FAST), out_dir=root / "qqp")
+    assert res.num_train == 16  # the 16 good rows, the cut one left out
+    skipped = res.to_dict()["skipped_rows"]
+    assert list(skipped) == ["train"] and skipped["train"]["skipped"] == 1
+    assert skipped["train"]["rows"][0]["line"] == 4 and skipped["train"]["path"].endswith("QQP/train.tsv")

@@ -133,3 +133,95 @@ def test_ax_diagnostic_reader(tmp_path):
           ["index\tsentence1\tsentence2", "0\ta b\tc d", "1\te\tf"])
     path, rows = glue_tasks.read_ax(tmp_path)
     assert path.name == "diagnostic.tsv" and [r.guid for r in rows] == ["0", "1"]
+
+
+@pytest.mark.parametrize("ending", ["\n\n", "\n\n\n", "\r\n\r\n", "\n \n"])
+def test_trailing_blank_lines_are_not_rows(tmp_path, ending):
+    path = tmp_path / "RTE" / "train.tsv"
+    path.parent.mkdir()
+    path.write_bytes(("\n".join([HEADERS["RTE"], "0\ta\tb\tentailment", "1\tc\td\tnot_entailment"])
+                      + ending).encode())
+    assert [(e.guid, e.label) for e in read_split("RTE", tmp_path, "train")] == [
+        ("0", "entailment"), ("1", "not_entailment")]
+
+
+def test_blank_line_inside_a_strict_task_is_an_error(tmp_path):
+    write(tmp_path / "RTE" / "train.tsv", [HEADERS["RTE"], "0\ta\tb\tentailment", "",
+                                          "1\tc\td\tentailment"])
+    with pytest.raises(GlueDataError, match=r"RTE/train\.tsv:3: malformed row: 1 .*expected 4"):
+        glue_tasks.load_split("RTE", tmp_path, "train")
+
+
+def _break_rows(path: Path, broken: dict[int, str]) -> list[str]:
+    """Insert ``broken`` rows before the given 0-based data-row positions; the good rows."""
+    lines = path.read_text().split("\n")[:-1]
+    header, good = lines[0], lines[1:]
+    out = [header]
+    for i, row in enumerate(good):
+        if i in broken:
+            out.append(broken[i])
+        out.append(row)
+    write(path, out)
+    return good
+
+
+def test_qqp_malformed_rows_are_skipped_and_counted(tmp_path):
+    # As in the official QQP download: a question holding a newline splits one row into two
+    # lines (4 and 3 fields); also a row with a stray extra tab (7 fields).
+    write_task(tmp_path, "QQP", n_train=10, n_dev=4, n_test=3)
+    train = tmp_path / "QQP" / "train.tsv"
+    good = _break_rows(train, {2: "900\t1\t2\twhy is the\nsky blue?\tok\t1",
+                               7: "901\t3\t4\ta\tb\t0\textra"})
+    split = glue_tasks.load_split("QQP", tmp_path, "train")
+    assert [e.guid for e in split.examples] == [r.split("\t")[0] for r in good]
+    assert read_split("QQP", tmp_path, "train") == split.examples
+    # header is line 1; broken rows sit before data rows 2 and 7 (the first one spans 2 lines)
+    assert [(r.line, r.reason, r.detail) for r in split.skipped] == [
+        (4, "malformed-row", "4 tab-separated fields, expected 6"),
+        (5, "malformed-row", "3 tab-separated fields, expected 6"),
+        (11, "malformed-row", "7 tab-separated fields, expected 6")]
+    assert all(r.path == str(train) for r in split.skipped)
+    summary = glue_tasks.skipped_summary({"train": split})
+    assert summary == {"train": {"path": str(train), "skipped": 3,
+                                 "rows": [r.to_dict() for r in split.skipped]}}
+    assert glue_tasks.skipped_summary({"dev": glue_tasks.load_split("QQP", tmp_path, "dev")}) == {}
+    # test files too, when read with the skipped rows kept; the strict reader refuses them
+    test = tmp_path / "QQP" / "test.tsv"
+    _break_rows(test, {1: "77\tonly a question"})
+    spec = get_task("QQP")
+    loaded = glue_tasks.load_tsv(test, task=spec, layout=spec.test, split="test")
+    assert len(loaded.examples) == 3 and [r.line for r in loaded.skipped] == [3]
+    with pytest.raises(GlueDataError, match=r"QQP/test\.tsv:3: malformed row"):
+        glue_tasks.read_tsv(test, task=spec, layout=spec.test, split="test")
+
+
+def test_mnli_malformed_rows_are_skipped_on_every_split(tmp_path):
+    write_task(tmp_path, "MNLI", n_train=6, n_dev=3)
+    _break_rows(tmp_path / "MNLI" / "dev_matched.tsv", {0: "bad\trow"})
+    split = glue_tasks.load_split("MNLI", tmp_path, "dev_matched")
+    assert len(split.examples) == 3 and [(r.line, r.detail) for r in split.skipped] == [
+        (2, "2 tab-separated fields, expected 12")]
+    assert glue_tasks.load_split("MNLI", tmp_path, "dev_mismatched").skipped == []
+    # a label outside the label set is still an error, never a skip
+    _break_rows(tmp_path / "MNLI" / "train.tsv",
+                {0: "\t".join(["9"] * 10 + ["maybe", "maybe"])})
+    with pytest.raises(GlueDataError, match=r"train\.tsv:2: MNLI label 'maybe' not in"):
+        read_split("MNLI", tmp_path, "train")
+
+
+@pytest.mark.parametrize("task", ["MRPC", "STS-B"])
+def test_both_orders_training_examples_hold_every_pair_swapped(tmp_path, task):
+    write_task(tmp_path, task, n_train=8, n_dev=2)
+    spec = get_task(task)
+    originals = read_split(spec, tmp_path, "train")
+    train = glue_tasks.training_examples(spec, originals)
+    assert len(train) == 2 * len(originals)
+    pairs = [(e.text_a, e.text_b, e.label) for e in train]
+    for e in originals:  # each read pair is trained on in both orders, with its own label
+        assert (e.text_a, e.text_b, e.label) in pairs and (e.text_b, e.text_a, e.label) in pairs
+    assert {e.guid for e in train} == {e.guid for e in originals} | {
+        e.guid + "-swap" for e in originals}
+    rte = get_task("RTE")
+    write_task(tmp_path, "RTE", n_train=4, n_dev=2)
+    rte_train = read_split(rte, tmp_path, "train")
+    assert glue_tasks.training_examples(rte, rte_train) == rte_train

@@ -82,3 +82,15 @@ def test_llrd_rates_reach_the_optimizer():
     opt = torch.optim.AdamW(param_groups(model, recipe))
     assert [g["lr"] for g in opt.param_groups] == pytest.approx(
         [2e-4 * 0.5 ** 4, 2e-4 * 0.5 ** 3, 2e-4 * 0.5 ** 2, 2e-4])
+
+
+def test_cap_lengths_records_each_cut():
+    from electra.finetune.recipe import cap_lengths
+
+    rec = recipe_for_size("base", max_seq_len=256)
+    capped = cap_lengths(rec, 200)
+    assert (capped.max_seq_len, capped.squad_max_len) == (200, 200)
+    assert capped.length_caps == {"max_seq_len": {"recipe": 256, "used": 200},
+                                  "squad_max_len": {"recipe": 512, "used": 200}}
+    assert cap_lengths(rec, 512) == rec and rec.length_caps == {}
+    assert FinetuneRecipe.from_dict(capped.to_dict()) == capped  # the cut survives the loader
