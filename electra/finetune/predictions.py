@@ -25,7 +25,7 @@ from typing import Any, Iterable
 from common.storage import write_bytes
 
 from . import metrics as glue_metrics
-from .squad_metrics import squad_evaluate
+from .squad_metrics import NA_THRESHOLD, squad_evaluate
 
 PREDICTIONS_DIR = "predictions"
 
@@ -123,7 +123,7 @@ def _as_metric_values(task: str, values: list) -> list:
 
 
 def recompute_metrics(task: str, path: str | Path, *,
-                      na_threshold: float = -2.75) -> dict[str, float]:
+                      na_threshold: float = NA_THRESHOLD) -> dict[str, float]:
     """The task's metric dict in percent (as the paper reports), from a prediction file alone.
 
     Fine-tuning computes its reported scores through this very function, so a score in
@@ -148,8 +148,9 @@ def glue_metrics_from_rows(task: str, rows: list[dict[str, Any]]) -> dict[str, f
 
 
 def squad_metrics_from_rows(rows: list[dict[str, Any]], *, v2: bool,
-                            na_threshold: float = -2.75) -> dict[str, float]:
-    """EM/F1 in percent; for 2.0 also the best-threshold scores (threshold as a probability)."""
+                            na_threshold: float = NA_THRESHOLD) -> dict[str, float]:
+    """EM/F1 in percent; for 2.0 also the best-threshold scores (``na_prob`` holds the
+    answerability logit and ``na_threshold`` cuts it, as ELECTRA's null-odds file does)."""
     golds = {r["id"]: list(r["answers"]) for r in rows}
     texts = {r["id"]: r["best_text"] for r in rows}
     na = {r["id"]: float(r["na_prob"]) for r in rows} if v2 else None

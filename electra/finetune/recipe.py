@@ -39,6 +39,8 @@ from torch import nn
 from common import config as strict
 from common.config import check
 
+from .squad_metrics import NA_THRESHOLD
+
 Size = Literal["small", "base", "large"]
 LlrdVariant = Literal["original", "corrected"]
 
@@ -75,8 +77,8 @@ class FinetuneRecipe:
     squad_n_best: int = 20
     squad_epochs: float = 2.0
     # no-answer score (ELECTRA: the answerability logit) above this answers "" (the best
-    # threshold is reported too); -2.75 is the original's qa_na_threshold
-    squad_na_threshold: float = -2.75
+    # threshold is reported too); the original's qa_na_threshold
+    squad_na_threshold: float = NA_THRESHOLD
     squad_head: Literal["paper", "plain"] = "paper"  # paper: start-conditioned end + beam
     squad_beam: int = 20  # paper head: start_n_top = end_n_top
     squad_answerable_weight: float = 0.5  # weight of the SQuAD 2.0 answerability loss

@@ -28,6 +28,9 @@ import re
 import string
 from dataclasses import dataclass
 
+# ELECTRA's SQuAD 2.0 cut (``qa_na_threshold``): a question is answered "no answer" when its
+# answerability logit (the smallest over its windows) exceeds this.
+NA_THRESHOLD = -2.75
 _PUNCT = set(string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
 

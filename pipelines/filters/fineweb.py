@@ -43,8 +43,8 @@ class FineWeb:
         n = len(lines)
         if cfg.line_punct_thr is not None:
             if cfg.allow_closing_quotes:
-                ratio = sum(1 for line in lines if line.rstrip(CLOSERS)[-1:] in TERMINAL_PUNCTUATION
-                            and line.rstrip(CLOSERS)) / n
+                # [-1:] of an all-closers line is "", never in the set: no second strip needed
+                ratio = sum(1 for line in lines if line.rstrip(CLOSERS)[-1:] in TERMINAL_PUNCTUATION) / n
             else:
                 ratio = sum(1 for line in lines if line[-1] in TERMINAL_PUNCTUATION) / n
             if not (ratio == 0 and cfg.line_punct_exclude_zero):
