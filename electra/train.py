@@ -18,7 +18,10 @@ the model (identical on every rank), wrap ``ElectraObjective`` in a DeepSpeed en
 project's optimiser and LR schedule; load the checkpoint (model, optimiser, scheduler, RNG, data
 position) if there is one. Then steps: ``accum`` micro batches (forward, backward, engine.step),
 metrics every ``log_every`` steps, validation every ``eval_every``, checkpoints every
-``save_every`` and at the end, and finally the Hugging Face export ``RUN_DIR/hf``.
+``save_every`` and at the end, and finally the Hugging Face export ``RUN_DIR/hf``. After each
+checkpoint commit, rank 0 emits the Prefect event ``electra.checkpoint.committed`` when a Prefect
+API is configured (``common.events``: on a background thread, never waited on) — the ``evaluate``
+deployment's trigger in ``prefect.yaml`` starts the evaluation of that checkpoint.
 
 Exact resume rests on three things: the data position (epoch, micro batch) in ``meta.json``;
 every RNG the step draws from restored per rank (evaluation runs under ``fork_rng`` so it never
@@ -40,7 +43,7 @@ if __package__ in (None, ""):  # run as a file (``deepspeed electra/train.py``):
 
 import torch  # noqa: E402
 
-from common import storage  # noqa: E402
+from common import events, storage  # noqa: E402
 from electra import checkpoint as ckpt  # noqa: E402
 from electra import data as sdata  # noqa: E402
 from electra import distributed as D  # noqa: E402
@@ -218,6 +221,9 @@ class Trainer:
         bar.close()
         self.export()  # also when resumed at max_steps: the export is a function of the checkpoint
         self.metrics.close()
+        if self.rank0 and not events.flush(timeout=30.0):  # the last checkpoint's event
+            log.warning("checkpoint event still being handed to Prefect at exit (may be lost; "
+                        "the evaluate-new-checkpoints scan catches up)")
 
     def _micro_step(self, batch: sdata.Batch, window: MetricWindow, *, want_norm: bool = False) -> None:
         if os.environ.get(DEBUG_KEYS_ENV):
@@ -277,6 +283,8 @@ class Trainer:
                                     keep_last=self.cfg.train.keep_last, barrier=D.barrier, before_commit=hook)
         if self.cfg.train.export_every_checkpoint:
             self.export(path / "hf")
+        if self.rank0:  # committed (and exported): tell Prefect, without waiting (common.events)
+            events.emit_checkpoint_committed(path, step=self.step)
         return path
 
     def export(self, out_dir: Path | None = None) -> None:

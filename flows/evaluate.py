@@ -1,44 +1,50 @@
-"""Prefect flows ``evaluate`` and ``evaluate-new-checkpoints``: ordering, fan-out, artifacts.
+"""Prefect flow ``evaluate``: one checkpoint → fine-tuned GLUE/SQuAD scores, report, artifacts.
 
 ``evaluate``: checkpoint (run dir, step dir or HF export) → resolve/export the discriminator →
-one Prefect task per GLUE task and one for SQuAD (``.submit`` fan-out) → ``results.json``,
-``report.html`` + PNGs, GLUE submission TSVs when test files exist → a markdown table artifact.
-The fine-tuning itself lives in ``electra.finetune`` and is testable without Prefect.
+one Prefect task per (GLUE task, seed) and one for SQuAD → ``results.json``, ``report.html`` +
+PNGs, GLUE submission TSVs when test files exist → a markdown table artifact. The fine-tuning
+itself lives in ``electra.finetune`` and is testable without Prefect. ``out`` defaults to
+``RUN/eval/step_N`` for a checkpoint ``RUN/checkpoints/step_N`` (what the event trigger and the
+scan of ``flows/evaluate_new_checkpoints.py`` use).
+
+One evaluation per output folder at a time: the flow first takes a lease on ``out``
+(``common.lease``: ``out/lease.json`` with host, pid and the Prefect flow-run id, kept alive by a
+heartbeat). If another live run holds it — the event-triggered run and the hourly scan reached
+the same checkpoint — this run returns ``{"status": "in_progress", ...}`` at once instead of
+redoing hours of work into the same folder. A holder that crashed is noticed by its pid (same
+host), its flow run's final state (Prefect API) or an expired heartbeat, and is taken over.
 
 Isolation and resume: each (task, seed) is saved as soon as it finishes
-(``<out>/seeds/<task>/seed<N>.json``; SQuAD as one unit, ``task.json``) under a key of checkpoint,
-resolved recipe and data-file hashes. Every GLUE file is parsed before the first fine-tuning
-step. A task that fails (bad data: the error names file and line) does not stop the others: every future is waited for, ``results.json`` is written with the
-finished tasks plus ``failed: {task: error}``, and then the flow raises ``EvaluationFailed``. A
-rerun on the same ``out`` reuses every saved seed and redoes only the failed or missing ones
-(``run_id`` in each seed tells which run produced it).
+(``<out>/seeds/<task>/seed<N>.json``; SQuAD as one unit, ``task.json``) under a key of
+checkpoint, resolved recipe and data-file hashes. Every GLUE and SQuAD file is parsed before the
+first fine-tuning step. A task that fails (bad data: the error names file and line) does not stop
+the others: every future is waited for, ``results.json`` is written with the finished tasks plus
+``failed: {task: error}``, and then the flow raises ``EvaluationFailed``. A rerun on the same
+``out`` reuses every saved seed and redoes only the failed or missing ones (``run_id`` in each
+seed tells which run produced it).
+
+Parallelism: ``workers`` processes (Prefect's ``ProcessPoolTaskRunner``, spawn) each fine-tune
+one (task, seed) at a time with ``cores // workers`` torch threads; on a machine with several
+GPUs unit k runs on GPU ``k % count``. ``workers=1`` (default) runs in-process, one unit after
+another: seeds fix torch's global RNG, which threads would share. Which is faster depends on the
+model: many small ones gain from processes, a Base/Large model wants all cores (or a GPU) each.
+Results do not depend on ``workers``. Only I/O errors are retried (``OSError``): a bad file or a
+diverging run fails fast with its message.
 
 Provenance in ``results.json``: ``code_version`` (git commit or package version), ``data_files``
 (sha256 of every data file read), the resolved ``recipe`` (with ``length_caps`` when a length
 was cut to the model's positions) and ``run_id``.
 
-``evaluate-new-checkpoints``: scan ``RUNS/*/checkpoints/step_*`` and evaluate each complete
-checkpoint that has no ``RUN/eval/step_*/results.json`` yet. ``results.json`` is written last and
-atomically, so a crashed evaluation is resumed by the next scan and a second scan does nothing.
-A checkpoint whose results record failed tasks is not retried by the scan (bad data would fail
-again every hour); fix the data and run ``evaluate`` on it, which redoes only those tasks.
-
-Task runner: a thread pool with ONE worker by default. Seeds fix torch's global RNG, which
-threads share, so concurrent fine-tuning in one process would make runs irreproducible (and two
-cores gain nothing from it); on a cluster, run the flow with a process/Dask/Ray task runner to
-spread tasks over machines. Only I/O errors are retried (``OSError``): a bad file or a diverging
-run fails fast with its message.
-
 CLI::
 
     python -m flows.evaluate --checkpoint PATH --glue-dir DIR --tasks CoLA,SST-2 \\
-        [--squad-dir DIR --squad-version 1.1|2.0] [--seeds N] --out DIR [recipe knobs]
-    python -m flows.evaluate_new_checkpoints --runs DIR --glue-dir DIR --tasks ... [knobs]
+        [--squad-dir DIR --squad-version 1.1|2.0] [--seeds N] [--out DIR] [--workers N] [knobs]
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import uuid
 from pathlib import Path
@@ -46,17 +52,50 @@ from typing import Any
 
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
-from prefect.task_runners import ThreadPoolTaskRunner
+from prefect.task_runners import ProcessPoolTaskRunner, ThreadPoolTaskRunner
 
+from common.lease import Lease, LeaseHeld, LeaseInfo
 from electra.finetune import glue_submission, report
 from electra.finetune.finetune import check_task_data, finetune_glue, recipe_for_model
 from electra.finetune.glue_tasks import GlueDataError, check_files, parse_task_list
 from electra.finetune.results import (TaskResult, code_version, hash_files, load_task,
                                       resume_key, save_task)
-from electra.finetune.sources import CheckpointError, resolve_checkpoint, step_dirs
-from electra.finetune.squad_finetune import finetune_squad, squad_files, squad_task_name
+from electra.finetune.sources import CHECKPOINTS, resolve_checkpoint
+from electra.finetune.squad_data import SquadDataError
+from electra.finetune.squad_finetune import (check_squad_data, finetune_squad, squad_files,
+                                             squad_task_name)
 
 EVAL_DIR = "eval"
+LEASE = "lease.json"
+
+
+def default_out(checkpoint: str | Path) -> Path:
+    """``RUN/eval/step_N`` for a checkpoint ``RUN/checkpoints/step_N``."""
+    step = Path(checkpoint).resolve()
+    if step.parent.name != CHECKPOINTS or not step.name.startswith("step_"):
+        raise ValueError(f"--out is needed: {checkpoint} is not a RUN/{CHECKPOINTS}/step_N folder")
+    return step.parent.parent / EVAL_DIR / step.name
+
+
+def _flow_run_finished(info: LeaseInfo) -> bool:
+    """True when the lease holder's Prefect flow run is in a final state (it crashed or ended
+    without releasing). Unknown (no id, another server, API down) is False: pid and heartbeat
+    still decide."""
+    if not info.flow_run_id:
+        return False
+    try:
+        from prefect.client.orchestration import get_client
+
+        with get_client(sync_client=True) as client:
+            state = client.read_flow_run(uuid.UUID(info.flow_run_id)).state
+        return bool(state and state.is_final())
+    except Exception:  # noqa: BLE001 - not provably finished
+        return False
+
+
+def eval_lease(out: str | Path, *, flow_run_id: str | None = None) -> Lease:
+    return Lease(Path(out) / LEASE, flow_run_id=flow_run_id, is_dead=_flow_run_finished,
+                 note="evaluate")
 
 
 def _retry_on_io(task_obj, task_run, state) -> bool:
@@ -75,9 +114,39 @@ class EvaluationFailed(RuntimeError):
     """Some tasks failed; ``results.json`` holds the others and the errors."""
 
 
+def _place(slot: int) -> None:
+    """Unit ``slot``'s GPU when there are several (one unit per GPU at a time with workers =
+    GPUs); a no-op on CPU and on one GPU."""
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.device_count() > 1:
+        torch.cuda.set_device(slot % torch.cuda.device_count())
+
+
+def _init_worker(threads: int) -> None:
+    import torch
+
+    torch.set_num_threads(threads)
+
+
+@task(retries=2, retry_delay_seconds=2, retry_condition_fn=_retry_on_io)
+def glue_seed(name: str, seed: int, slot: int = 0, *, model_dir: str, glue_dir: str,
+              recipe: dict, out: str, checkpoint: str, run_id: str) -> dict:
+    """One (task, seed): fine-tuned, scored and saved under ``out/seeds`` (see finetune_glue)."""
+    from electra.finetune.recipe import FinetuneRecipe
+
+    _place(slot)
+    result = finetune_glue(name, model_dir=model_dir, glue_dir=glue_dir,
+                           recipe=FinetuneRecipe.from_dict(recipe), out_dir=out,
+                           checkpoint=checkpoint, run_id=run_id, only_seeds=[seed])
+    seed_result = result.seeds[0]
+    return {"seed": seed_result.seed, "metrics": seed_result.metrics, "run_id": seed_result.run_id}
+
+
 @task(retries=2, retry_delay_seconds=2, retry_condition_fn=_retry_on_io)
 def glue_task(name: str, *, model_dir: str, glue_dir: str, recipe: dict, out: str,
               checkpoint: str, run_id: str) -> dict:
+    """The task's result from its saved seeds (any seed still missing is fine-tuned here)."""
     from electra.finetune.recipe import FinetuneRecipe
 
     result = finetune_glue(name, model_dir=model_dir, glue_dir=glue_dir,
@@ -88,9 +157,10 @@ def glue_task(name: str, *, model_dir: str, glue_dir: str, recipe: dict, out: st
 
 @task(retries=2, retry_delay_seconds=2, retry_condition_fn=_retry_on_io)
 def squad_task(*, model_dir: str, squad_dir: str, version: str, recipe: dict, out: str,
-               checkpoint: str, run_id: str) -> dict:
+               checkpoint: str, run_id: str, slot: int = 0) -> dict:
     from electra.finetune.recipe import FinetuneRecipe
 
+    _place(slot)
     data_files = hash_files(list(squad_files(squad_dir, version)))
     key = resume_key(checkpoint=checkpoint, recipe=recipe, data_files=data_files)
     done = load_task(out, squad_task_name(version), key=key)
@@ -114,7 +184,12 @@ def write_outputs(resolved: dict, task_results: list[dict], *, glue_dir: str | N
                                    model_dir=resolved["model_dir"], step=resolved["step"],
                                    meta={**resolved["meta"], "source": resolved["source"]},
                                    recipe=recipe, tasks=tasks)
+    from electra.finetune.loop import resolve_device, resolve_precision
+    from electra.finetune.recipe import FinetuneRecipe
+
+    rec = FinetuneRecipe.from_dict(recipe)
     results.update(failed=dict(failed or {}), run_id=run_id, code_version=code_version(),
+                   precision=resolve_precision(rec, resolve_device(rec)),
                    data_files={p: h for t in tasks.values() for p, h in t.data_files.items()},
                    length_caps=recipe.get("length_caps", {}))
     submission = glue_submission.write_submission(out, tasks) if glue_dir else {}
@@ -126,21 +201,30 @@ def write_outputs(resolved: dict, task_results: list[dict], *, glue_dir: str | N
         # this run's other evaluated checkpoints, for the scores-across-checkpoints plot
         history = [report.read_results(p.parent) for p in sorted((run / EVAL_DIR).glob(
             f"*/{report.RESULTS}")) if p.parent.resolve() != Path(out).resolve()] + [results]
-    report.write_report(out, results, history=history, metrics_jsonl=metrics_jsonl)
+    curve = report.read_loss_curve(metrics_jsonl) if metrics_jsonl else None
+    if curve is not None and curve.skipped:  # cut/corrupt lines: counted, shown in the report
+        results["metrics_jsonl_skipped"] = curve.summary()
+    report.write_report(out, results, history=history, loss_curve=curve)
     report.write_results(out, results)  # last: its presence marks a finished evaluation
     return results
 
 
 @flow(name="evaluate", task_runner=ThreadPoolTaskRunner(max_workers=1))
-def evaluate(checkpoint: str, out: str, glue_dir: str | None = None, tasks: str = "",
+def evaluate(checkpoint: str, out: str | None = None, glue_dir: str | None = None, tasks: str = "",
              squad_dir: str | None = None, squad_version: str = "1.1",
-             seeds: int | None = None, recipe: dict | None = None) -> dict:
-    """Fine-tune and score one checkpoint on the given GLUE tasks (and SQuAD)."""
+             seeds: int | None = None, recipe: dict | None = None, workers: int = 1) -> dict:
+    """Fine-tune and score one checkpoint on the given GLUE tasks (and SQuAD).
+
+    Returns the results, or ``{"status": "in_progress", ...}`` when another live run is
+    evaluating into the same ``out`` (nothing is done then).
+    """
     specs = parse_task_list(tasks)
     if specs and not glue_dir:
         raise ValueError(f"--tasks {tasks} needs --glue-dir")
     if not specs and not squad_dir:
         raise ValueError("nothing to evaluate: give --tasks with --glue-dir and/or --squad-dir")
+    if workers < 1:
+        raise ValueError(f"workers={workers}: must be >= 1")
     for spec in specs:  # fail before any fine-tuning when a file is missing
         check_files(spec, glue_dir)
     if squad_dir:
@@ -149,6 +233,27 @@ def evaluate(checkpoint: str, out: str, glue_dir: str | None = None, tasks: str 
             raise FileNotFoundError(f"SQuAD v{squad_version} files missing: {missing} "
                                     f"(expected train-v{squad_version}.json and "
                                     f"dev-v{squad_version}.json in {squad_dir})")
+    out = str(out or default_out(checkpoint))
+    logger = get_run_logger()
+    from prefect.runtime import flow_run
+
+    lease = eval_lease(out, flow_run_id=flow_run.get_id())
+    try:
+        lease.__enter__()
+    except LeaseHeld as held:
+        logger.warning("not evaluating %s: %s", checkpoint, held)
+        return {"status": "in_progress", "checkpoint": checkpoint, "out": out,
+                "holder": held.info.describe()}
+    try:
+        return _evaluate(checkpoint, out, specs=specs, glue_dir=glue_dir, squad_dir=squad_dir,
+                         squad_version=squad_version, seeds=seeds, recipe=recipe,
+                         workers=workers, logger=logger)
+    finally:
+        lease.__exit__()
+
+
+def _evaluate(checkpoint: str, out: str, *, specs, glue_dir, squad_dir, squad_version, seeds,
+              recipe, workers: int, logger) -> dict:
     Path(out).mkdir(parents=True, exist_ok=True)
     resolved = resolve(checkpoint, str(Path(out) / "model"))
     overrides = dict(recipe or {})
@@ -159,32 +264,45 @@ def evaluate(checkpoint: str, out: str, glue_dir: str | None = None, tasks: str 
     run_id = uuid.uuid4().hex[:12]
     common = dict(model_dir=resolved["model_dir"], recipe=rec, out=out,
                   checkpoint=resolved["checkpoint"], run_id=run_id)
-    # Parse every GLUE file before the first fine-tuning step: bad data fails its task at once.
+    # Parse every data file before the first fine-tuning step: bad data fails its task at once.
     failed: dict[str, str] = {}
     for spec in specs:
         try:
             check_task_data(spec, glue_dir)
         except GlueDataError as exc:
             failed[spec.name] = f"{type(exc).__name__}: {exc}"
-    futures = {t.name: glue_task.submit(t.name, glue_dir=glue_dir, **common)
-               for t in specs if t.name not in failed}
+    squad_name = squad_task_name(squad_version)
     if squad_dir:
-        futures[squad_task_name(squad_version)] = squad_task.submit(
-            squad_dir=squad_dir, version=squad_version, **common)
-    # Wait for every task; a failure is recorded, never allowed to discard the finished ones.
+        try:
+            check_squad_data(squad_dir, squad_version)
+        except SquadDataError as exc:
+            failed[squad_name] = f"{type(exc).__name__}: {exc}"
+    units: dict[tuple[str, int], tuple[Any, dict]] = {}
+    for spec in specs:
+        if spec.name not in failed:
+            for seed in recipe_obj.seeds:
+                units[(spec.name, seed)] = (glue_seed, dict(name=spec.name, seed=seed,
+                                                            glue_dir=glue_dir, **common))
+    if squad_dir and squad_name not in failed:
+        units[(squad_name, -1)] = (squad_task, dict(squad_dir=squad_dir, version=squad_version,
+                                                    **common))
+    outcomes = _run_units(units, workers=workers, threads=recipe_obj.num_threads)
+    # A failure is recorded, never allowed to discard the finished ones.
     finished = []
-    for name, future in futures.items():
-        outcome = future.result(raise_on_failure=False)
+    for (name, seed), outcome in outcomes.items():
         if isinstance(outcome, BaseException):
-            failed[name] = f"{type(outcome).__name__}: {outcome}"
-        else:
+            failed.setdefault(name, f"{type(outcome).__name__}: {outcome}"
+                              + (f" (seed {seed})" if seed >= 0 else ""))
+        elif seed < 0:
             finished.append(outcome)
+    for spec in specs:  # assemble each task from its saved seeds (all done: nothing is redone)
+        if spec.name not in failed:
+            finished.append(glue_task(spec.name, glue_dir=glue_dir, **common))
     results = write_outputs(resolved, finished, glue_dir=glue_dir, recipe=rec, out=out,
                             failed=failed, run_id=run_id)
     table = report.markdown_table(results)
     create_markdown_artifact(key="electra-eval", markdown=table,
                              description=f"ELECTRA fine-tuning results for {checkpoint}")
-    logger = get_run_logger()
     logger.info("results for %s:\n%s", checkpoint, table)
     if failed:
         for name, error in failed.items():
@@ -194,46 +312,18 @@ def evaluate(checkpoint: str, out: str, glue_dir: str | None = None, tasks: str 
     return results
 
 
-def pending_checkpoints(runs: str | Path) -> list[tuple[Path, Path]]:
-    """(step dir, eval dir) for every complete checkpoint without results, oldest first."""
-    todo = []
-    for run in sorted(p for p in Path(runs).iterdir() if (p / "checkpoints").is_dir()):
-        for step in step_dirs(run):
-            eval_dir = run / EVAL_DIR / step.name
-            if not (eval_dir / report.RESULTS).is_file():
-                todo.append((step, eval_dir))
-    return todo
-
-
-@flow(name="evaluate-new-checkpoints", task_runner=ThreadPoolTaskRunner(max_workers=1))
-def evaluate_new_checkpoints(runs: str, glue_dir: str | None = None, tasks: str = "",
-                             squad_dir: str | None = None, squad_version: str = "1.1",
-                             seeds: int | None = None, recipe: dict | None = None) -> dict:
-    """Evaluate every checkpoint under ``runs`` that has no results yet.
-
-    Returns ``{"evaluated": [step dirs], "skipped": {step dir: reason}}``. A checkpoint that
-    cannot be turned into a model (``CheckpointError``) is skipped with its reason; any other
-    failure is raised after the remaining checkpoints have been evaluated.
-    """
-    logger = get_run_logger()
-    evaluated, skipped, failed = [], {}, {}
-    for step, eval_dir in pending_checkpoints(runs):
-        logger.info("evaluating %s -> %s", step, eval_dir)
-        try:
-            evaluate(checkpoint=str(step), out=str(eval_dir), glue_dir=glue_dir, tasks=tasks,
-                     squad_dir=squad_dir, squad_version=squad_version, seeds=seeds,
-                     recipe=recipe)
-            evaluated.append(str(step))
-        except CheckpointError as exc:
-            logger.warning("skipped %s: %s", step, exc)
-            skipped[str(step)] = str(exc)
-        except Exception as exc:  # noqa: BLE001 - reported below, after the other checkpoints
-            logger.error("evaluation of %s failed: %r", step, exc)
-            failed[str(step)] = repr(exc)
-    logger.info("%d new checkpoint(s) evaluated, %d skipped", len(evaluated), len(skipped))
-    if failed:
-        raise RuntimeError(f"{len(failed)} checkpoint evaluation(s) failed: {failed}")
-    return {"evaluated": evaluated, "skipped": skipped}
+def _run_units(units: dict[tuple[str, int], tuple[Any, dict]], *, workers: int,
+               threads: int | None) -> dict[tuple[str, int], Any]:
+    """Run every unit; ``{key: result or the exception}``, waiting for all of them."""
+    if workers == 1:  # in-process on the flow's one-thread runner
+        futures = {key: fn.submit(slot=i, **kw) for i, (key, (fn, kw)) in enumerate(units.items())}
+        return {key: f.result(raise_on_failure=False) for key, f in futures.items()}
+    threads = threads or max(1, (os.cpu_count() or 1) // workers)
+    with ProcessPoolTaskRunner(max_workers=workers, initializer=_init_worker,
+                               initargs=(threads,)) as runner:
+        futures = {key: runner.submit(fn, {"slot": i, **kw})
+                   for i, (key, (fn, kw)) in enumerate(units.items())}
+        return {key: f.result(raise_on_failure=False) for key, f in futures.items()}
 
 
 def add_common_args(p: argparse.ArgumentParser) -> None:
@@ -255,17 +345,22 @@ def add_common_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-seq-len", type=int, help="GLUE max sequence length (paper: 128)")
     p.add_argument("--max-train-examples", type=int, help="cap training examples (smoke runs)")
     p.add_argument("--max-eval-examples", type=int, help="cap dev examples (smoke runs)")
-    p.add_argument("--precision", choices=["fp32", "bf16"], help="bf16 autocast or fp32")
+    p.add_argument("--precision", choices=["auto", "fp32", "bf16"],
+                   help="bf16 autocast, fp32, or auto (default: bf16 where native: GPU, AMX CPU)")
+    p.add_argument("--length-buckets", type=int, help="training batches drawn from chunks of "
+                   "N batches sorted by length (default 50; 1: plain random batches)")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], help="where to fine-tune")
     p.add_argument("--threads", type=int, dest="num_threads",
                    help="torch CPU threads (1 is fastest for tiny models on a busy machine)")
     p.add_argument("--deepspeed", action="store_true", help="single-process DeepSpeed engine")
+    p.add_argument("--workers", type=int, default=1, help="processes fine-tuning (task, seed) "
+                   "units in parallel, each with cores/workers threads (one per GPU on GPUs)")
 
 
 def recipe_overrides(args: argparse.Namespace) -> dict[str, Any]:
     keys = ("size", "lr", "layerwise_lr_decay", "llrd_variant", "epochs", "batch_size",
             "max_seq_len", "max_train_examples", "max_eval_examples", "precision", "device",
-            "num_threads")
+            "num_threads", "length_buckets")
     out = {k: getattr(args, k) for k in keys if getattr(args, k) is not None}
     if args.deepspeed:
         out["deepspeed"] = True
@@ -275,19 +370,24 @@ def recipe_overrides(args: argparse.Namespace) -> dict[str, Any]:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m flows.evaluate", description=__doc__.split("\n")[0])
     p.add_argument("--checkpoint", required=True, help="run dir, checkpoint step dir or HF export")
-    p.add_argument("--out", required=True, help="evaluation directory to write")
+    p.add_argument("--out", help="evaluation directory to write (default for a checkpoint "
+                   "RUN/checkpoints/step_N: RUN/eval/step_N)")
     add_common_args(p)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    results = evaluate(checkpoint=args.checkpoint, out=args.out, glue_dir=args.glue_dir,
+    out = args.out or str(default_out(args.checkpoint))
+    results = evaluate(checkpoint=args.checkpoint, out=out, glue_dir=args.glue_dir,
                        tasks=args.tasks, squad_dir=args.squad_dir,
                        squad_version=args.squad_version, seeds=args.seeds,
-                       recipe=recipe_overrides(args))
+                       recipe=recipe_overrides(args), workers=args.workers)
+    if results.get("status") == "in_progress":
+        print(f"{out} is being evaluated by {results['holder']}; nothing done", file=sys.stderr)
+        return 3
     print(report.markdown_table(results))
-    print(json.dumps({"results": str(Path(args.out) / report.RESULTS)}))
+    print(json.dumps({"results": str(Path(out) / report.RESULTS)}))
     return 0
 
 

@@ -45,7 +45,7 @@ def pretrain(config: str, data: str, out: str, num_gpus: int | None = None, host
     logger.info("$ %s", " ".join(cmd))
     subprocess.run(cmd, check=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
     if evaluate_glue_dir:
-        from flows.evaluate import evaluate_new_checkpoints
+        from flows.evaluate_new_checkpoints import evaluate_new_checkpoints
 
         evaluate_new_checkpoints(runs=str(Path(out).parent), glue_dir=evaluate_glue_dir, tasks=evaluate_tasks)
     return out

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import torch
@@ -134,11 +134,13 @@ def check_task_data(task: TaskSpec | str, glue_dir: str | Path) -> dict[str, int
 
 def finetune_glue(task: TaskSpec | str, *, model_dir: str | Path, glue_dir: str | Path,
                   recipe: FinetuneRecipe, out_dir: str | Path, checkpoint: str | None = None,
-                  run_id: str = "") -> TaskResult:
+                  run_id: str = "", only_seeds: Sequence[int] | None = None) -> TaskResult:
     """Fine-tune on one GLUE task for ``recipe.seeds``; predictions and scores under out_dir.
 
     Seeds already saved under ``out_dir`` for the same checkpoint (default: ``model_dir``),
-    recipe and data are reused, not redone.
+    recipe and data are reused, not redone. ``only_seeds`` restricts the run (and the result) to
+    those seeds of the recipe without changing the resume key: parallel workers each take some
+    seeds, and a last call with all seeds assembles the saved ones.
     """
     task = glue_tasks.get_task(task) if isinstance(task, str) else task
     glue_dir, out_dir = Path(glue_dir), Path(out_dir)
@@ -150,7 +152,11 @@ def finetune_glue(task: TaskSpec | str, *, model_dir: str | Path, glue_dir: str 
     train_ex = loaded["train"].examples[: recipe.max_train_examples]
     eval_sets = {s: loaded[s].examples[: recipe.max_eval_examples] for s in task.eval_splits}
     test_sets = _test_sets(task, glue_dir, loaded)
-    done = {s: load_seed(out_dir, task.name, s, key=key) for s in recipe.seeds}
+    wanted = recipe.seeds if only_seeds is None else [s for s in recipe.seeds if s in set(only_seeds)]
+    if only_seeds is not None and len(wanted) != len(set(only_seeds)):
+        raise ValueError(f"{task.name}: seeds {sorted(set(only_seeds) - set(wanted))} are not in "
+                         f"the recipe's seeds {recipe.seeds}")
+    done = {s: load_seed(out_dir, task.name, s, key=key) for s in wanted}
     result = lambda seeds: TaskResult(  # noqa: E731
         task=task.name, primary=PRIMARY[task.name], seeds=seeds,
         num_train=len(glue_tasks.training_examples(task, train_ex)),
@@ -172,7 +178,7 @@ def finetune_glue(task: TaskSpec | str, *, model_dir: str | Path, glue_dir: str 
         return sequence_loss(out.logits, targets[idx].to(dev), regression=regression)
 
     seeds = []
-    for seed in recipe.seeds:
+    for seed in wanted:
         if done[seed] is not None:
             seeds.append(done[seed])
             continue

@@ -1,16 +1,35 @@
 """The fine-tuning loop shared by GLUE and SQuAD: model, optimiser, schedule, steps, inference.
 
 One code path for the CPU and the GPU: the device is picked once (``recipe.device``), tensors
-move to it per batch, bf16 autocast is optional on both. With ``recipe.deepspeed`` the same model,
+move to it per batch, bf16 autocast is optional on both. ``recipe.precision = "auto"``
+(``resolve_precision``) picks bf16 only where the hardware has native bf16 matrix units: a CUDA
+GPU with ``torch.cuda.is_bf16_supported()``, or a CPU with AMX or AVX512-BF16; anywhere else
+bf16 matmuls run through slow emulation, so it stays fp32. An explicit "fp32"/"bf16" is kept.
+The resolved precision is returned in ``TrainStats.precision``. With ``recipe.deepspeed`` the same model,
 optimiser and schedule are handed to a single-process DeepSpeed engine (``engine.backward`` /
 ``engine.step`` replace the plain calls); everything else is unchanged.
 
 Optimiser: AdamW with the LLRD parameter groups of ``recipe.param_groups`` (weight decay 0 per
-the paper). Schedule: ``min(1, step / warmup) × max(0, 1 - step / total)`` with warm-up = 10% of
+the paper), torch's fused implementation on CPU and CUDA. Schedule: ``min(1, step / warmup) × max(0, 1 - step / total)`` with warm-up = 10% of
 the steps, the original's warm-up multiplied into a linear decay. Gradient clipping at global
 norm 1.0. Batches are padded to their longest row (dynamic padding: GLUE rows are mostly much
-shorter than 128 tokens, so this is the main CPU saving). The data order per epoch comes from a
-``torch.Generator`` seeded by (seed, epoch), so a seed fully determines a run.
+shorter than 128 tokens, so this is the main CPU saving).
+
+Length-bucketed batches (``epoch_batches``, ``recipe.length_buckets`` = k): per epoch a seeded
+permutation of the rows, cut into chunks of k × batch_size rows; each chunk is sorted by length
+(stably) and cut into batches, and the order of all the epoch's batches is shuffled with the same
+generator. A batch then holds rows of similar length (little padding), while which rows meet and
+the batch order stay random; every row is used exactly once per epoch and the number of batches
+(steps) is unchanged. It is the mega-batch scheme of ``transformers``' ``group_by_length``
+(k = 50 there too). Trade-off: batches are less mixed in length than plain random batches, the
+usual price of bucketing; k = 1 is exactly the plain order (the permutation cut into batches).
+Where length predicts the label (a small task whose classes differ in length), sorted batches
+become nearly one-class and training can stall (README: Evaluation). Use k = 1 for such data,
+or for paper-exact random batches.
+The generator is seeded by (seed, epoch), so a seed fully determines a run.
+
+Evaluation (``predict``) runs rows sorted by length (longest first, so a batch that does not fit
+fails at once) in ``eval_batch_size`` batches and returns the outputs in the original order.
 """
 from __future__ import annotations
 
@@ -72,11 +91,65 @@ def lr_multiplier(step: int, *, total_steps: int, warmup_steps: int) -> float:
     return warm * max(0.0, 1.0 - step / max(1, total_steps))
 
 
+# CPU features (see ``cpu_features``) with native bf16 matrix units
+BF16_CPU_FEATURES = frozenset({"AMX_BF16", "AVX512_BF16"})
+
+
+def cpu_features() -> set[str]:
+    """``torch.backends.cpu.get_cpu_capability()`` (e.g. "AVX2", "AVX512"; it never names bf16
+    units) plus "AMX_BF16" / "AVX512_BF16" when torch's CPU probes find them."""
+    feats = {torch.backends.cpu.get_cpu_capability()}
+    probes = {"AMX_BF16": "_is_amx_tile_supported", "AVX512_BF16": "_is_avx512_bf16_supported"}
+    for name, probe in probes.items():
+        fn = getattr(torch.cpu, probe, None)
+        if fn is not None and fn():
+            feats.add(name)
+    return feats
+
+
+def native_bf16(device_type: str, *, cuda_bf16: bool = False,
+                features: set[str] | frozenset[str] = frozenset()) -> bool:
+    """Whether bf16 runs natively: CUDA with bf16 support, or a CPU with AMX / AVX512-BF16."""
+    if device_type == "cuda":
+        return cuda_bf16
+    return device_type == "cpu" and bool(BF16_CPU_FEATURES & set(features))
+
+
+def resolve_precision(recipe: FinetuneRecipe, device: torch.device) -> str:
+    """``recipe.precision`` with "auto" resolved for ``device``: "bf16" or "fp32"."""
+    if recipe.precision != "auto":
+        return recipe.precision
+    if device.type == "cuda":
+        ok = native_bf16("cuda", cuda_bf16=torch.cuda.is_bf16_supported())
+    else:
+        ok = native_bf16(device.type, features=cpu_features())
+    return "bf16" if ok else "fp32"
+
+
+def epoch_batches(lengths: Sequence[int], *, batch_size: int, buckets: int,
+                  generator: torch.Generator) -> list[torch.Tensor]:
+    """One epoch's batches of row indices (see the module docstring); ``buckets`` >= 1."""
+    if buckets < 1 or batch_size < 1:
+        raise ValueError(f"length_buckets {buckets} and batch_size {batch_size} must be >= 1")
+    n = len(lengths)
+    order = torch.randperm(n, generator=generator)
+    if buckets == 1:
+        return [order[b: b + batch_size] for b in range(0, n, batch_size)]
+    lens = torch.as_tensor(list(lengths), dtype=torch.long)
+    chunk, batches = buckets * batch_size, []
+    for c in range(0, n, chunk):
+        part = order[c: c + chunk]
+        part = part[torch.argsort(lens[part], stable=True)]
+        batches += [part[b: b + batch_size] for b in range(0, len(part), batch_size)]
+    return [batches[i] for i in torch.randperm(len(batches), generator=generator).tolist()]
+
+
 @dataclass
 class TrainStats:
     steps: int
     losses: list[float]  # mean loss per epoch
     seconds: float
+    precision: str = "fp32"  # the precision really used (``resolve_precision``)
 
 
 # loss_fn(model_output, batch_indices, device) -> scalar loss
@@ -90,27 +163,34 @@ def train(model: FinetuneModel, *, rows: Sequence[Sequence[int]], segs: Sequence
     import time
 
     device = next(model.parameters()).device
+    precision = resolve_precision(recipe, device)
     n = len(rows)
+    lengths = [len(r) for r in rows]
     per_epoch = math.ceil(n / recipe.batch_size)
     total = max(1, math.ceil(epochs * per_epoch))
     warmup = int(recipe.warmup_fraction * total)
+    # fused AdamW: one kernel over all parameters instead of a chain of per-tensor ops (the
+    # same update; transformers' Trainer defaults to it too); DeepSpeed keeps the plain one
+    fused = device.type in ("cpu", "cuda") and not recipe.deepspeed
     optimizer = torch.optim.AdamW(param_groups(model, recipe), betas=(recipe.adam_beta1,
-                                  recipe.adam_beta2), eps=recipe.adam_eps)
+                                  recipe.adam_beta2), eps=recipe.adam_eps, fused=fused or None)
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: lr_multiplier(s, total_steps=total, warmup_steps=warmup))
-    engine = _deepspeed_engine(model, optimizer, schedule, recipe) if recipe.deepspeed else None
+    engine = (_deepspeed_engine(model, optimizer, schedule, recipe, precision)
+              if recipe.deepspeed else None)
     model.train()
     start, step, epoch_losses = time.perf_counter(), 0, []
     for epoch in range(math.ceil(epochs)):
-        order = torch.randperm(n, generator=torch.Generator().manual_seed(seed * 1000 + epoch))
+        batches = epoch_batches(lengths, batch_size=recipe.batch_size,
+                                buckets=recipe.length_buckets,
+                                generator=torch.Generator().manual_seed(seed * 1000 + epoch))
         running = []
-        for b in range(0, n, recipe.batch_size):
+        for idx in batches:
             if step >= total:
                 break
-            idx = order[b: b + recipe.batch_size]
-            ids, seg, mask = (t.to(device) for t in pad_batch(
+            ids, seg, mask = (t.to(device, non_blocking=True) for t in pad_batch(
                 [rows[i] for i in idx], [segs[i] for i in idx], pad_id=pad_id))
-            with _autocast(device, recipe):
+            with _autocast(device, precision):
                 loss = loss_fn((engine or model)(ids, seg, mask), idx, device)
             _step(loss, model=model, optimizer=optimizer, schedule=schedule, engine=engine,
                   clip=recipe.grad_clip)
@@ -118,7 +198,8 @@ def train(model: FinetuneModel, *, rows: Sequence[Sequence[int]], segs: Sequence
             step += 1
         epoch_losses.append(float(np.mean(running)) if running else float("nan"))
     model.eval()
-    return TrainStats(steps=step, losses=epoch_losses, seconds=time.perf_counter() - start)
+    return TrainStats(steps=step, losses=epoch_losses, seconds=time.perf_counter() - start,
+                      precision=precision)
 
 
 def _step(loss, *, model, optimizer, schedule, engine, clip: float) -> None:
@@ -134,12 +215,15 @@ def _step(loss, *, model, optimizer, schedule, engine, clip: float) -> None:
     schedule.step()
 
 
-def _autocast(device: torch.device, recipe: FinetuneRecipe):
+def _autocast(device: torch.device, precision: FinetuneRecipe | str):
+    """bf16 autocast when ``precision`` (a resolved string, or a recipe to resolve) is bf16."""
+    if not isinstance(precision, str):
+        precision = resolve_precision(precision, device)
     return torch.autocast(device_type=device.type, dtype=torch.bfloat16,
-                          enabled=recipe.precision == "bf16")
+                          enabled=precision == "bf16")
 
 
-def _deepspeed_engine(model, optimizer, schedule, recipe: FinetuneRecipe):
+def _deepspeed_engine(model, optimizer, schedule, recipe: FinetuneRecipe, precision: str):
     """A single-process DeepSpeed engine around the same model/optimiser/schedule."""
     import deepspeed
 
@@ -148,7 +232,7 @@ def _deepspeed_engine(model, optimizer, schedule, recipe: FinetuneRecipe):
         os.environ.setdefault(key, value)
     config = {"train_micro_batch_size_per_gpu": recipe.batch_size,
               "gradient_accumulation_steps": 1, "gradient_clipping": recipe.grad_clip,
-              "bf16": {"enabled": recipe.precision == "bf16"}}
+              "bf16": {"enabled": precision == "bf16"}}
     engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer,
                                            lr_scheduler=schedule, config=config)
     return engine
@@ -157,19 +241,28 @@ def _deepspeed_engine(model, optimizer, schedule, recipe: FinetuneRecipe):
 @torch.no_grad()
 def predict(model: FinetuneModel, *, rows: Sequence[Sequence[int]], segs: Sequence[Sequence[int]],
             recipe: FinetuneRecipe, pad_id: int = 0) -> tuple[list[np.ndarray], list | None]:
-    """Head outputs per row (logits trimmed to each row's length for span heads)."""
+    """Head outputs per row in the rows' order (logits trimmed to each row's length for span
+    heads); rows run longest first in ``eval_batch_size`` batches (see the module docstring)."""
     device = next(model.parameters()).device
+    precision = resolve_precision(recipe, device)
     model.eval()
-    logits, na = [], []
-    for b in range(0, len(rows), recipe.eval_batch_size):
-        ids, seg, mask = (t.to(device) for t in pad_batch(
-            rows[b: b + recipe.eval_batch_size], segs[b: b + recipe.eval_batch_size],
-            pad_id=pad_id))
-        with _autocast(device, recipe):
+    # stable sort, longest first: rows of similar length share a batch
+    order = sorted(range(len(rows)), key=lambda i: -len(rows[i]))
+    logits: list = [None] * len(rows)
+    na: list = [None] * len(rows)
+    has_na = False
+    for b in range(0, len(order), recipe.eval_batch_size):
+        idx = order[b: b + recipe.eval_batch_size]
+        ids, seg, mask = (t.to(device, non_blocking=True) for t in pad_batch(
+            [rows[i] for i in idx], [segs[i] for i in idx], pad_id=pad_id))
+        with _autocast(device, precision):
             out = model(ids, seg, mask)
         lg = out.logits.float().cpu().numpy()
-        for i in range(lg.shape[0]):
-            logits.append(lg[i, : int(mask[i].sum())] if lg.ndim == 3 else lg[i])
+        lengths = mask.sum(1).tolist()
+        for j, i in enumerate(idx):
+            logits[i] = lg[j, : lengths[j]] if lg.ndim == 3 else lg[j]
         if out.na_logits is not None:
-            na.extend(out.na_logits.float().cpu().numpy().tolist())
-    return logits, (na or None)
+            has_na = True
+            for j, v in zip(idx, out.na_logits.float().cpu().numpy().tolist()):
+                na[j] = v
+    return logits, (na if has_na else None)

@@ -26,6 +26,9 @@ embeddings (and the embedding projection) are depth 0, encoder layer i (0-based)
 ``FinetuneRecipe.from_dict`` loads a recipe dict through the project's one strict loader
 (``common.config``): unknown keys, wrong types and values outside the ``Literal`` choices (size,
 LLRD variant, precision, device) are errors naming the key.
+
+``precision`` "auto" (default) means bf16 where the hardware runs it natively, else fp32;
+``length_buckets`` (default 50, 1 = off) sets the length-bucketed batching of ``loop.py``.
 """
 from __future__ import annotations
 
@@ -85,7 +88,12 @@ class FinetuneRecipe:
     max_train_examples: int | None = None  # cap for smoke runs; None = the whole training set
     max_eval_examples: int | None = None
     eval_batch_size: int = 128
-    precision: Literal["fp32", "bf16"] = "fp32"  # bf16: autocast (a large speed-up on AMX CPUs)
+    # auto: bf16 autocast where the hardware has native bf16 (CUDA with bf16, AMX / AVX512-BF16
+    # CPUs), else fp32 (loop.resolve_precision); fp32/bf16 force it
+    precision: Literal["auto", "fp32", "bf16"] = "auto"
+    # training batches come from chunks of length_buckets x batch_size shuffled rows, each sorted
+    # by length (little padding, random order; loop.epoch_batches); 1 = plain random batches
+    length_buckets: int = 50
     device: Literal["auto", "cpu", "cuda"] = "auto"
     # CPU threads for torch (None: torch's default). Tiny models on a shared machine run far
     # faster on 1 thread: OpenMP workers spin-wait for cores that other processes hold.
@@ -101,6 +109,7 @@ class FinetuneRecipe:
         check(self.batch_size > 0 and self.num_seeds > 0, "batch_size and num_seeds > 0")
         check(self.epochs is None or self.epochs > 0, "epochs > 0")
         check(self.num_threads is None or self.num_threads > 0, "num_threads > 0 or None")
+        check(self.length_buckets >= 1, "length_buckets >= 1 (1 = plain random batches)")
         check(self.squad_beam > 0 and self.squad_answerable_weight >= 0,
               "squad_beam > 0, squad_answerable_weight >= 0")
 

@@ -10,8 +10,11 @@ so its presence marks a finished evaluation (the new-checkpoint scanner relies o
 seed's primary score with the median marked, per task) and, when other checkpoints of the same
 run have been evaluated, ``checkpoints.png``: the pre-training loss curves from the run's
 ``metrics.jsonl`` beside each task's median score and the GLUE average across steps, so a
-falling loss can be checked against rising downstream scores. Plots use matplotlib's Agg
-backend (no display needed).
+falling loss can be checked against rising downstream scores. Unreadable lines of
+``metrics.jsonl`` (a cut last line from a killed trainer, or a corrupt line) never stop the
+report: they are skipped, and a note under the plot gives their count and line numbers
+(``LossCurve.note``; ``LossCurve.summary`` is the same for results.json). Plots use matplotlib's
+Agg backend (no display needed).
 """
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ import html
 import json
 import logging
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -81,17 +85,48 @@ def _average_label(results: dict[str, Any]) -> str:
     return glue_average_label(tasks)
 
 
-def read_loss_curve(metrics_jsonl: Path,
-                    skipped: list[str] | None = None) -> dict[str, list[tuple[int, float]]]:
-    """``{key: [(step, value)]}`` for the loss keys present in a run's metrics.jsonl.
+@dataclass
+class LossCurve:
+    """A run's pre-training loss curves and the ``metrics.jsonl`` lines that could not be read.
 
-    A last line without its newline that does not parse was cut by a killed trainer: it is
-    ignored, logged and appended to ``skipped`` (``"file:line: reason"``). A bad complete line is
-    corruption, not a cut, and stays an error naming file and line.
+    ``skipped``: one row per unreadable line, ``{line, reason, detail}``; ``reason`` is
+    ``cut_last_line`` (no newline: the trainer was killed mid-write) or ``corrupt_line``.
     """
-    curves: dict[str, list[tuple[int, float]]] = {}
+
+    path: str
+    curves: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
+    skipped: list[dict[str, Any]] = field(default_factory=list)
+
+    def summary(self) -> dict[str, Any]:
+        """For results.json: the file, how many lines were skipped, and the first rows."""
+        return {"path": self.path, "skipped": len(self.skipped), "rows": self.skipped[:20]}
+
+    def note(self) -> str:
+        """One sentence for the report ("" when every line was read)."""
+        if not self.skipped:
+            return ""
+        n = len(self.skipped)
+        why = [f"line {r['line']} (a cut last line from a killed trainer)"
+               if r["reason"] == "cut_last_line" else f"line {r['line']} (corrupt: {r['detail']})"
+               for r in self.skipped[:10]]
+        more = f"; {n - 10} more" if n > 10 else ""
+        return (f"{n} unreadable line{'s' if n > 1 else ''} skipped in {Path(self.path).name}: "
+                + "; ".join(why) + more)
+
+
+def read_loss_curve(metrics_jsonl: Path) -> LossCurve:
+    """The loss curves of a run's metrics.jsonl (``{key: [(step, value)]}``) and its bad lines.
+
+    No line is fatal: the curve is only drawn. A last line without its newline that does not
+    parse was cut by a killed trainer (``cut_last_line``). Any other unreadable line (not JSON,
+    not an object) is corruption the trainer never writes (each record is one flushed line and a
+    resume drops cut lines), so it is logged as a warning with its line number and counted as
+    ``corrupt_line``; both show in the report and in results.json, nothing is lost silently.
+    """
+    metrics_jsonl = Path(metrics_jsonl)
+    out = LossCurve(path=str(metrics_jsonl))
     if not metrics_jsonl.is_file():
-        return curves
+        return out
     text = metrics_jsonl.read_text(errors="replace")
     lines = text.splitlines()
     for lineno, line in enumerate(lines, 1):
@@ -99,20 +134,21 @@ def read_loss_curve(metrics_jsonl: Path,
             continue
         try:
             row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            if lineno == len(lines) and not text.endswith("\n"):
-                where = f"{metrics_jsonl}:{lineno}: cut last line ignored ({exc})"
-                logging.getLogger(__name__).warning("%s", where)
-                if skipped is not None:
-                    skipped.append(where)
-                continue
-            raise ValueError(f"{metrics_jsonl}:{lineno}: not a JSON line ({exc})") from exc
-        if not isinstance(row, dict):
-            raise ValueError(f"{metrics_jsonl}:{lineno}: not a JSON object")
+            if not isinstance(row, dict):
+                raise ValueError(f"a JSON {type(row).__name__}, not an object")
+        except ValueError as exc:  # json.JSONDecodeError is a ValueError
+            cut = lineno == len(lines) and not text.endswith("\n")
+            detail = (f"column {exc.colno}: {exc.msg}" if isinstance(exc, json.JSONDecodeError)
+                      else str(exc))
+            out.skipped.append({"line": lineno, "reason": "cut_last_line" if cut
+                                else "corrupt_line", "detail": detail})
+            logging.getLogger(__name__).warning("%s:%d: unreadable line skipped (%s)",
+                                                metrics_jsonl, lineno, detail)
+            continue
         for key in LOSS_KEYS:
             if isinstance(row.get(key), (int, float)) and "step" in row:
-                curves.setdefault(key, []).append((int(row["step"]), float(row[key])))
-    return curves
+                out.curves.setdefault(key, []).append((int(row["step"]), float(row[key])))
+    return out
 
 
 def _plot_seeds(results: dict[str, Any], path: Path) -> Path:
@@ -169,18 +205,26 @@ def _plot_checkpoints(history: list[dict[str, Any]], curves: dict, path: Path) -
 
 
 def write_report(eval_dir: str | Path, results: dict[str, Any], *,
-                 history: list[dict[str, Any]] = (),
-                 metrics_jsonl: Path | None = None) -> Path:
-    """``report.html`` + PNGs in ``eval_dir``; ``history``: results of the run's checkpoints."""
+                 history: list[dict[str, Any]] = (), metrics_jsonl: Path | None = None,
+                 loss_curve: LossCurve | None = None) -> Path:
+    """``report.html`` + PNGs in ``eval_dir``; ``history``: results of the run's checkpoints.
+
+    ``loss_curve``: an already read ``metrics_jsonl`` (the flow reads it once to put its skipped
+    lines in results.json too); otherwise ``metrics_jsonl`` is read here.
+    """
     eval_dir = Path(eval_dir)
     images = [_plot_seeds(results, eval_dir / "seeds.png")]
-    curves = read_loss_curve(metrics_jsonl) if metrics_jsonl is not None else {}
+    if loss_curve is None and metrics_jsonl is not None:
+        loss_curve = read_loss_curve(metrics_jsonl)
+    curves = loss_curve.curves if loss_curve is not None else {}
     if history or curves:
         images.append(_plot_checkpoints(list(history), curves, eval_dir / "checkpoints.png"))
     body = [f"<h1>Evaluation of {html.escape(str(results['checkpoint']))}</h1>",
             f"<p>step {results.get('step')}, model {html.escape(str(results['model_dir']))}, "
             f"created {results['created']}</p>", _html_table(results), _html_seed_table(results)]
     body += [f'<p><img src="{p.name}" alt="{p.stem}"></p>' for p in images]
+    if loss_curve is not None and loss_curve.skipped:  # under the loss curve
+        body.append(f'<p class="note">{html.escape(loss_curve.note())}</p>')
     page = ("<!doctype html><html><head><meta charset='utf-8'><title>ELECTRA evaluation</title>"
             "<style>td,th{padding:2px 8px;border:1px solid #ccc}table{border-collapse:collapse}"
             "</style></head><body>" + "\n".join(body) + "</body></html>\n")

@@ -23,6 +23,18 @@ where ``answer_start`` says, or cannot be found again after tokenisation, and so
 ``featurize(training=True)``: such a question gives no window and is listed in
 ``SquadFeatures.skipped`` (``{qid, reason, detail}``), so it is counted, not fatal and not lost.
 At evaluation the offsets do not matter (answers are scored as texts), so nothing is skipped.
+
+Validation: ``read_squad`` is the one parser, used both by fine-tuning and by the up-front check
+(``squad_finetune.check_squad_data``), so a fault in the dev file is reported before hours of
+training, not after. It is a ``SquadDataError`` naming the file and where: line:column for
+invalid JSON, else the JSON path (``data[3].paragraphs[2].qas[1]``) and the question id. Faults:
+a missing key or wrong type at any level (``data``, ``paragraphs``, ``context``, ``qas``, ``id``,
+``question``, ``answers``, an answer's ``text`` and integer ``answer_start``, a boolean
+``is_impossible``), a negative ``answer_start``, a repeated question id, a question with no
+answers not marked ``is_impossible``, an ``is_impossible`` question with answers, and a version
+mismatch: the file's ``version`` field ("1.1" or "v2.0" in the official files) differing from the
+one asked, or an ``is_impossible`` question read as v1.1. Only the misaligned answer above is
+tolerated (counted, not fatal), as the original does.
 """
 from __future__ import annotations
 
@@ -68,10 +80,11 @@ class SquadFeatures:
 
 
 def read_squad(path: str | Path, *, version: str) -> list[SquadExample]:
-    """Read an official SQuAD JSON file; answers are checked against the context.
+    """Read and fully validate an official SQuAD JSON file (see "Validation" in the module doc).
 
-    A malformed question is an error naming the file and question; an answer that is not at its
-    ``answer_start`` is kept with ``misaligned`` set (training skips it, see the module doc).
+    Any structural fault is a ``SquadDataError`` naming the file, the JSON path and the question
+    id; an answer that is not at its ``answer_start`` is kept with ``misaligned`` set (training
+    skips it).
     """
     path = Path(path)
     if version not in ("1.1", "2.0"):
@@ -80,42 +93,94 @@ def read_squad(path: str | Path, *, version: str) -> list[SquadExample]:
         raise SquadDataError(f"{path}: file missing; expected the official SQuAD v{version} JSON "
                              f"(train-v{version}.json / dev-v{version}.json)")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))["data"]
-    except (json.JSONDecodeError, KeyError, UnicodeDecodeError) as exc:
-        raise SquadDataError(f"{path}: not a SQuAD JSON file ({exc!r})") from exc
-    examples = []
-    for article in data:
-        for paragraph in article.get("paragraphs", []):
-            context = paragraph["context"]
-            for qa in paragraph["qas"]:
-                examples.append(_make_example(qa, context, version=version, where=str(path)))
-    return examples
+        doc = json.loads(path.read_bytes().decode("utf-8"))
+    except OSError as exc:
+        raise SquadDataError(f"{path}: unreadable ({exc})") from exc
+    except UnicodeDecodeError as exc:
+        raise SquadDataError(f"{path}: byte {exc.start}: not UTF-8 ({exc.reason})") from exc
+    except json.JSONDecodeError as exc:
+        raise SquadDataError(f"{path}:{exc.lineno}:{exc.colno}: invalid JSON ({exc.msg})") from exc
+    return _Reader(path, version).document(doc)
 
 
-def _make_example(qa: dict, context: str, *, version: str, where: str) -> SquadExample:
-    qid = qa.get("id", "?")
-    try:
-        impossible = bool(qa.get("is_impossible", False))
-        if impossible and version == "1.1":
-            raise SquadDataError(f"{where}: question {qid} is_impossible in a v1.1 file")
-        answers = [] if impossible else qa["answers"]
+_KIND = {dict: "an object", list: "a list", str: "a string", int: "an integer", bool: "true/false"}
+
+
+class _Reader:
+    """One pass over a parsed file; every message names the file and the JSON path."""
+
+    def __init__(self, path: Path, version: str):
+        self.path, self.version = path, version
+        self.seen: dict[str, str] = {}  # question id -> JSON path of its first occurrence
+        self.examples: list[SquadExample] = []
+
+    def fail(self, where: str, detail: str, qid: str | None = None) -> SquadDataError:
+        who = f"question {qid} malformed at" if qid is not None else "malformed at"
+        return SquadDataError(f"{self.path}: {who} {where or 'top level'}: {detail}")
+
+    def field(self, obj: dict, key: str, kind: type, where: str, qid: str | None = None):
+        if key not in obj:
+            raise self.fail(where, f"missing {key!r}", qid)
+        value = obj[key]
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            raise self.fail(f"{where}.{key}" if where else key, f"{key!r} must be {_KIND[kind]}, "
+                            f"got {type(value).__name__} {value!r:.40}", qid)
+        return value
+
+    def node(self, value, where: str) -> dict:
+        if not isinstance(value, dict):
+            raise self.fail(where, f"expected an object, got {type(value).__name__}")
+        return value
+
+    def document(self, doc) -> list[SquadExample]:
+        doc = self.node(doc, "")
+        declared = doc.get("version")
+        if declared is not None and str(declared).removeprefix("v") != self.version:
+            raise SquadDataError(f"{self.path}: the file says version {declared!r} but SQuAD "
+                                 f"v{self.version} was asked")
+        for a, article in enumerate(self.field(doc, "data", list, "")):
+            where = f"data[{a}]"
+            for p, para in enumerate(self.field(self.node(article, where), "paragraphs", list,
+                                                where)):
+                pw = f"{where}.paragraphs[{p}]"
+                context = self.field(self.node(para, pw), "context", str, pw)
+                for q, qa in enumerate(self.field(para, "qas", list, pw)):
+                    self.question(self.node(qa, f"{pw}.qas[{q}]"), context, f"{pw}.qas[{q}]")
+        return self.examples
+
+    def question(self, qa: dict, context: str, where: str) -> None:
+        qid = self.field(qa, "id", str, where)
+        if qid in self.seen:
+            raise SquadDataError(f"{self.path}: question {qid} at {where} repeats the id of "
+                                 f"{self.seen[qid]}")
+        self.seen[qid] = where
+        question = self.field(qa, "question", str, where, qid)
+        answers = self.field(qa, "answers", list, where, qid)
+        impossible = self.field(qa, "is_impossible", bool, where, qid) if "is_impossible" in qa \
+            else False
+        for k, ans in enumerate(answers):
+            aw = f"{where}.answers[{k}]"
+            if not isinstance(ans, dict):
+                raise self.fail(aw, f"expected an object, got {type(ans).__name__}", qid)
+            self.field(ans, "text", str, aw, qid)
+            if self.field(ans, "answer_start", int, aw, qid) < 0:
+                raise self.fail(f"{aw}.answer_start", "negative answer_start", qid)
+        if impossible and self.version == "1.1":
+            raise SquadDataError(f"{self.path}: question {qid} at {where} is_impossible: a SQuAD "
+                                 "v2.0 question in a file read as v1.1")
+        if impossible and answers:
+            raise self.fail(where, f"is_impossible but has {len(answers)} answers", qid)
         if not impossible and not answers:
-            raise SquadDataError(f"{where}: question {qid} has no answers and is not "
-                                 "marked is_impossible")
+            raise self.fail(where, "no answers and not marked is_impossible", qid)
         start, misaligned = None, ""
         if answers:
-            start = int(answers[0]["answer_start"])
-            text = answers[0]["text"]
+            start, text = answers[0]["answer_start"], answers[0]["text"]
             if context[start:start + len(text)] != text:
-                misaligned = (f"{where}: question {qid}: answer {text!r} not found at "
-                              f"answer_start {start} of its context")
-        return SquadExample(qid=qid, question=qa["question"], context=context,
-                            answers=tuple(a["text"] for a in answers), answer_start=start,
-                            is_impossible=impossible, misaligned=misaligned)
-    except (KeyError, TypeError, ValueError) as exc:
-        if isinstance(exc, SquadDataError):
-            raise
-        raise SquadDataError(f"{where}: question {qid} malformed ({exc!r})") from exc
+                misaligned = (f"{self.path}: question {qid}: answer {text!r} not found at "
+                              f"answer_start {start} of its context ({where})")
+        self.examples.append(SquadExample(
+            qid=qid, question=question, context=context, answers=tuple(a["text"] for a in answers),
+            answer_start=start, is_impossible=impossible, misaligned=misaligned))
 
 
 def _special(tokenizer, token: str) -> int:

@@ -28,8 +28,8 @@ from .loop import (_autocast, load_tokenizer, pad_batch, predict, resolve_device
 from .predictions import prediction_path, recompute_metrics, write_predictions
 from .recipe import FinetuneRecipe
 from .results import SeedResult, TaskResult
-from .squad_data import (SquadExample, SquadFeatures, featurize, postprocess, postprocess_beam,
-                         read_squad)
+from .squad_data import (SquadDataError, SquadExample, SquadFeatures,  # noqa: F401 (re-export)
+                         featurize, postprocess, postprocess_beam, read_squad)
 
 
 def squad_task_name(version: str) -> str:
@@ -39,6 +39,20 @@ def squad_task_name(version: str) -> str:
 def squad_files(squad_dir: str | Path, version: str) -> tuple[Path, Path]:
     squad_dir = Path(squad_dir)
     return squad_dir / f"train-v{version}.json", squad_dir / f"dev-v{version}.json"
+
+
+def check_squad_data(squad_dir: str | Path, version: str) -> dict[str, int]:
+    """Parse and validate both files without tokenising (``SquadDataError`` on any fault).
+
+    A flow calls it before the first fine-tuning step, as GLUE's ``check_task_data``. Returns
+    question counts and ``train_misaligned``: training answers not at their ``answer_start``,
+    which fine-tuning skips (its ``skipped_misaligned`` adds the few a tokenizer cannot map).
+    """
+    train_path, dev_path = squad_files(squad_dir, version)
+    train = read_squad(train_path, version=version)
+    dev = read_squad(dev_path, version=version)
+    return {"train": len(train), "dev": len(dev),
+            "train_misaligned": sum(bool(e.misaligned) for e in train)}
 
 
 def _pad_logits(rows: list[np.ndarray]) -> np.ndarray:

@@ -7,6 +7,7 @@ checkpoints. Sizes are tiny: the whole module runs in about a minute on two busy
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -73,6 +74,10 @@ def test_outputs_exist_and_scores_recompute(evaluated):
     out, results = evaluated
     assert report.read_results(out) == json.loads(json.dumps(results))
     assert set(results["tasks"]) == {"SST-2", "MNLI", "STS-B", "SQuAD2.0"}
+    import torch  # precision "auto": bf16 only where the CPU has native bf16 (AMX / AVX512-BF16)
+    native = torch.cpu._is_amx_tile_supported() or torch.cpu._is_avx512_bf16_supported()
+    assert results["recipe"]["precision"] == "auto"
+    assert results["precision"] == ("bf16" if native else "fp32")
     for name, task in results["tasks"].items():
         assert [s["seed"] for s in task["seeds"]] == [0, 1, 2]
         for seed in task["seeds"]:
@@ -148,7 +153,7 @@ def _make_run(root: Path, export: Path, steps: list[int]) -> Path:
 
 
 def test_evaluate_new_checkpoints_is_idempotent(tiny, prefect_harness):
-    from flows.evaluate import evaluate_new_checkpoints
+    from flows.evaluate_new_checkpoints import evaluate_new_checkpoints
 
     run = _make_run(tiny["root"], tiny["export"], [10, 20])
     (run / "checkpoints" / "step_00000030").mkdir()  # incomplete: no meta.json, never evaluated
@@ -203,7 +208,8 @@ def test_cli_surface_is_frozen():
         "--help", "--checkpoint", "--out", "--glue-dir", "--tasks", "--squad-dir",
         "--squad-version", "--seeds", "--size", "--lr", "--layerwise-lr-decay", "--llrd-variant",
         "--epochs", "--batch-size", "--max-seq-len", "--max-train-examples",
-        "--max-eval-examples", "--precision", "--device", "--threads", "--deepspeed"])
+        "--max-eval-examples", "--precision", "--device", "--threads", "--deepspeed",
+        "--workers", "--length-buckets"])
     args = parser.parse_args(["--checkpoint", "c", "--out", "o", "--lr", "1e-4", "--threads",
                               "1", "--llrd-variant", "corrected", "--deepspeed"])
     assert recipe_overrides(args) == {"lr": 1e-4, "num_threads": 1,
@@ -255,3 +261,95 @@ def test_broken_task_is_isolated_and_rerun_redoes_only_it(tiny, prefect_harness)
                                     for p in read}
     assert second["recipe"]["num_seeds"] == 2 and second["recipe"]["max_seq_len"] == 32
     assert second["code_version"].startswith(("git:", "package:"))
+
+
+SMALL = {"epochs": 1, "max_train_examples": 24, "max_eval_examples": 12, "max_seq_len": 32,
+         "num_threads": 1}
+
+
+def test_overlapping_scans_evaluate_a_checkpoint_once(tiny, prefect_harness, monkeypatch):
+    """Scan A is paused inside the fine-tuning of step 10 (holding its lease); scan B and a
+    direct evaluate of the same checkpoint leave it alone; A then finishes it, once."""
+    import threading
+
+    import flows.evaluate as ev
+    from flows.evaluate_new_checkpoints import evaluate_new_checkpoints
+
+    root = tiny["root"] / "overlap"
+    run = _make_run(root, tiny["export"], [10])
+    with open(run / "metrics.jsonl", "a") as f:  # the trainer was killed mid-line
+        f.write('{"step": 25, "loss": 0.4')
+    inside, go = threading.Event(), threading.Event()
+    real = ev.finetune_glue
+
+    def paused(*args, **kwargs):  # fault injection at a chosen step, the real work follows
+        inside.set()
+        assert go.wait(600)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(ev, "finetune_glue", paused)
+    kwargs = dict(runs=str(run.parent), glue_dir=str(tiny["glue"]), tasks="SST-2", seeds=1,
+                  recipe=SMALL)
+    outcome = {}
+    scan_a = threading.Thread(target=lambda: outcome.update(a=evaluate_new_checkpoints(**kwargs)))
+    scan_a.start()
+    try:
+        assert inside.wait(600)
+        step = run / "checkpoints" / "step_00000010"
+        b = evaluate_new_checkpoints(**kwargs)
+        assert b["evaluated"] == [] and list(b["in_progress"]) == [str(step)]
+        assert f"pid {os.getpid()}" in b["in_progress"][str(step)]
+        direct = ev.evaluate(checkpoint=str(step), glue_dir=str(tiny["glue"]), tasks="SST-2",
+                             seeds=1, recipe=SMALL)  # out defaults to RUN/eval/step_N
+        assert direct["status"] == "in_progress"
+        assert direct["out"] == str(run.resolve() / "eval" / "step_00000010")
+    finally:
+        go.set()
+        scan_a.join(600)
+    assert outcome["a"]["evaluated"] == [str(step)] and outcome["a"]["in_progress"] == {}
+    results = report.read_results(run / "eval" / "step_00000010")
+    assert {s["run_id"] for s in results["tasks"]["SST-2"]["seeds"]} == {results["run_id"]}
+    cut = results["metrics_jsonl_skipped"]  # the cut line is counted, the curve still drawn
+    assert cut["skipped"] == 1 and cut["rows"][0]["line"] == 25
+    assert "1 unreadable line skipped" in (run / "eval" / "step_00000010" / "report.html").read_text()
+    assert not (run / "eval" / "step_00000010" / "lease.json").exists()
+    assert evaluate_new_checkpoints(**kwargs) == {"evaluated": [], "in_progress": {},
+                                                  "skipped": {}}
+
+
+def test_lease_of_a_finished_flow_run_is_taken_over(tiny, prefect_harness):
+    """A lease whose holder's Prefect flow run is final (its process crashed without releasing,
+    here: a fresh heartbeat and a live pid, so only the API can tell) does not block."""
+    from prefect import flow
+    from prefect.runtime import flow_run
+
+    from common.lease import Lease
+    from flows.evaluate import evaluate
+
+    @flow
+    def finished() -> str:
+        return flow_run.get_id()
+
+    out = tiny["root"] / "taken"
+    Lease(out / "lease.json", flow_run_id=finished()).acquire()
+    res = evaluate(checkpoint=str(tiny["export"]), out=str(out), glue_dir=str(tiny["glue"]),
+                   tasks="SST-2", seeds=1, recipe=SMALL)
+    assert "status" not in res and list(res["tasks"]) == ["SST-2"]
+    assert not (out / "lease.json").exists()
+
+
+def test_parallel_workers_give_the_same_results(tiny, prefect_harness):
+    """(task, seed) units in two spawned worker processes == one after another in-process."""
+    from flows.evaluate import evaluate
+
+    common = dict(checkpoint=str(tiny["export"]), glue_dir=str(tiny["glue"]), tasks="SST-2,STS-B",
+                  seeds=2, recipe=SMALL)
+    one = evaluate(out=str(tiny["root"] / "w1"), workers=1, **common)
+    two = evaluate(out=str(tiny["root"] / "w2"), workers=2, **common)
+    for task in ("SST-2", "STS-B"):
+        assert [s["metrics"] for s in one["tasks"][task]["seeds"]] == \
+               [s["metrics"] for s in two["tasks"][task]["seeds"]]
+        for seed in (0, 1):
+            rel = f"predictions/{task}/seed{seed}.jsonl"
+            assert read_predictions(tiny["root"] / "w1" / rel) == \
+                read_predictions(tiny["root"] / "w2" / rel)

@@ -83,8 +83,9 @@ def write_keyword_sst2(glue_dir: Path, *, n_train: int, n_dev: int, n_test: int 
         for i in range(n):
             words = [rng.choice(WORDS) for _ in range(rng.randint(4, 9))]
             label = i % 2
-            if label:
-                words.insert(rng.randrange(len(words) + 1), keyword)
+            # label 0 gets a filler word in place of the keyword: both classes have the same
+            # length spread, so length-bucketed batches are not sorted by label
+            words.insert(rng.randrange(len(words) + 1), keyword if label else "ordinary")
             text = " ".join(words) + " "
             out.append(f"{i}\t{text}" if test else f"{text}\t{label}")
         return out

@@ -2,13 +2,10 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import subprocess
 from pathlib import Path
 
-import pytest
 
-from electra.finetune import report
 from electra.finetune.results import (SeedResult, TaskResult, code_version, hash_files,
                                       load_seed, load_task, resume_key, save_seed, save_task,
                                       seed_path)
@@ -58,23 +55,3 @@ def test_code_version_is_the_git_commit():
     commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True,
                             text=True, check=True).stdout.strip()
     assert code_version().removeprefix("git:").removesuffix("+dirty") == commit
-
-
-def test_cut_last_line_of_metrics_is_ignored(tmp_path):
-    path = tmp_path / "metrics.jsonl"
-    rows = [{"step": s, "loss": 1.0 / s, "disc_loss": 0.5 / s} for s in range(1, 6)]
-    text = "".join(json.dumps(r) + "\n" for r in rows)
-    path.write_text(text + json.dumps({"step": 6, "loss": 0.1})[:11])  # trainer killed here
-    skipped: list[str] = []
-    curves = report.read_loss_curve(path, skipped)
-    assert curves["loss"] == [(r["step"], r["loss"]) for r in rows]
-    assert curves["disc_loss"] == [(r["step"], r["disc_loss"]) for r in rows]
-    assert len(skipped) == 1 and skipped[0].startswith(f"{path}:6:")
-    assert report.read_loss_curve(path) == curves  # the count is optional
-
-
-def test_bad_complete_line_of_metrics_is_an_error(tmp_path):
-    path = tmp_path / "metrics.jsonl"
-    path.write_text('{"step": 1, "loss": 1.0}\n{"step": 2, "lo\n{"step": 3, "loss": 0.5}\n')
-    with pytest.raises(ValueError, match=r"metrics\.jsonl:2: not a JSON line"):
-        report.read_loss_curve(path)
