@@ -1,20 +1,26 @@
 """One ELECTRA-Small pre-training step on this machine: ours vs the `transformers` equivalent.
 
-Both sides run the same work at batch 32 x 128 (two rows padded, as packed data has a few short
-examples): dynamic masking (our ``apply_masking``), generator forward, Gumbel-max sampling at the
-masked positions, discriminator forward, loss 1 x MLM + 50 x RTD, backward, clipping, optimizer
-step, all under bf16 autocast (``--precision bf16``; ``auto`` picks bf16 only when a bf16 matmul
-beats fp32 here: a CPU without AMX/AVX512-BF16 emulates bf16 matmuls ~70x slower than fp32, and
-then both sides run fp32). The baseline is ``transformers.ElectraForMaskedLM`` (hidden 64)
-plus ``ElectraForPreTraining`` (Small) sharing one embedding module, with ``torch.optim.AdamW``;
-it computes generator logits at every position, as its forward does, and gathers afterwards.
+All sides run the same work on the same batch (32 x 128; ``--fill`` of the positions real, 0.59 by
+default: the fill of a corpus of books built with today's defaults): dynamic masking (our
+``apply_masking``), generator forward, Gumbel-max sampling at the masked positions, discriminator
+forward, loss 1 x MLM + 50 x RTD, backward, clipping, optimizer step, all under bf16 autocast
+(``--precision bf16``; ``auto`` picks bf16 only when a bf16 matmul beats fp32 here: a CPU without
+AMX/AVX512-BF16 emulates bf16 matmuls ~70x slower than fp32, and then all sides run fp32). Sides:
+``ours`` (no compute on padding), ``ours-padded`` (the encoders' ``unpad`` switched off: the same
+model computing every position) and ``transformers``: ``ElectraForMaskedLM`` (hidden 64) plus
+``ElectraForPreTraining`` (Small) sharing one embedding module, with ``torch.optim.AdamW``; it
+computes generator logits at every position, as its forward does, and gathers afterwards.
 
-Steps are timed in alternating rounds (ours, theirs, ours, ...) and the median per step is taken,
-so a neighbour's load on the shared CPU hits both sides alike; compare ratios, not absolute
-numbers across runs. The ceiling is a 2048^3 matmul in the chosen precision, measured in the same
-run; the share of it uses ``electra.flops.training_flops_per_token``.
+Row lengths are drawn uniformly (every row keeps [CLS] ... [SEP] [SEP] and two segments) and then
+nudged one token at a time until the batch holds exactly round(fill x B x T) real tokens. Only real
+(non-pad) tokens count: tokens/s and GFLOP/s are useful work, the same numerator on every side, so
+the padded sides are not credited for their work on padding. Steps are timed in alternating rounds
+(ours, ours-padded, theirs, ours, ...) and the median per step is taken, so a neighbour's load on
+the shared CPU hits all sides alike; compare ratios, not absolute numbers across runs. The ceiling
+is a 2048^3 matmul in the chosen precision, measured in the same run; the share of it uses
+``electra.flops.training_flops_per_token`` with the batch's mean attention length.
 
-    .venv/bin/python benchmarks/step.py [--rounds 5] [--profile] [--json out.json]
+    .venv/bin/python benchmarks/step.py [--fill 0.59] [--rounds 5] [--threads N] [--profile] [--json out.json]
 """
 from __future__ import annotations
 
@@ -37,24 +43,57 @@ SP = SpecialTokens()
 PRESET = Path(__file__).resolve().parents[1] / "electra" / "configs" / "small.json"
 
 
-def make_batch(cfg: ElectraConfig, batch: int, *, padded_rows: int = 2, seed: int = 0):
+def row_lengths(batch: int, seq_len: int, fill: float, g: torch.Generator) -> torch.Tensor:
+    """Lengths in [4, seq_len], uniform around fill x seq_len, summing to round(fill x batch x seq_len)."""
+    if fill >= 1:
+        return torch.full((batch,), seq_len)
+    lo = max(4, round(2 * fill * seq_len - seq_len)) if fill >= 0.5 else 4
+    hi = seq_len if fill >= 0.5 else max(lo, round(2 * fill * seq_len) - 4)
+    lengths = torch.randint(lo, hi + 1, (batch,), generator=g)
+    target = min(batch * seq_len, max(4 * batch, round(fill * batch * seq_len)))
+    while int(lengths.sum()) != target:
+        step = 1 if int(lengths.sum()) < target else -1
+        row = int(torch.randint(batch, (1,), generator=g))
+        if 4 <= int(lengths[row]) + step <= seq_len:
+            lengths[row] += step
+    return lengths
+
+
+def make_batch(cfg: ElectraConfig, batch: int, *, fill: float = 0.59, seed: int = 0):
+    """[CLS] A [SEP] B [SEP] + padding rows whose real tokens are ``fill`` of the positions."""
     g = torch.Generator().manual_seed(seed)
     t = cfg.data.seq_len
     ids = torch.randint(5, cfg.model.vocab_size, (batch, t), generator=g)
     seg = torch.zeros(batch, t, dtype=torch.long)
-    seg[:, t // 2:] = 1
-    ids[:, 0], ids[:, t // 2 - 1], ids[:, -1] = SP.cls, SP.sep, SP.sep
-    for row in range(padded_rows):  # a short example: [CLS] ... [SEP] + padding
-        n = t // 3 + row
-        ids[row, n:], seg[row, n:] = SP.pad, 0
-        ids[row, n - 1] = SP.sep
+    for row, n in enumerate(row_lengths(batch, t, fill, g).tolist()):
+        ids[row, n:] = SP.pad
+        ids[row, 0], ids[row, n // 2 - 1], ids[row, n - 1] = SP.cls, SP.sep, SP.sep
+        seg[row, n // 2:n] = 1
     return ids, seg
 
 
+
+def hf_electra_loss(gen, disc, cfg, ids: torch.Tensor, seg: torch.Tensor) -> torch.Tensor:
+    """The ELECTRA loss computed with ``transformers``' generator and discriminator: our masking
+    and Gumbel sampling, the same loss weights (the baseline of step.py and gpu.py)."""
+    o = cfg.objective
+    mask = (ids != SP.pad).long()
+    m = apply_masking(ids, SP, o, o.max_predictions_for(ids.shape[1]))
+    logits = gen(input_ids=m.masked_ids, attention_mask=mask, token_type_ids=seg).logits
+    logits = logits.reshape(-1, logits.shape[-1])[m.positions].float()
+    gen_loss = F.cross_entropy(logits, m.targets)
+    sampled = gumbel_sample(logits, temperature=o.temperature)
+    disc_ids = ids.reshape(-1).index_copy(0, m.positions, sampled).view_as(ids)
+    labels = (disc_ids != ids).long()
+    disc_loss = disc(input_ids=disc_ids, attention_mask=mask, token_type_ids=seg, labels=labels).loss
+    return o.generator_weight * gen_loss + o.discriminator_weight * disc_loss
+
 class Ours:
-    def __init__(self, cfg: ElectraConfig, bf16: bool):
+    def __init__(self, cfg: ElectraConfig, bf16: bool, *, unpad: bool = True):
         self.bf16 = bf16
-        self.obj = ElectraObjective(ElectraForPretraining(cfg.model), cfg.objective, SP, cfg.data.seq_len)
+        model = ElectraForPretraining(cfg.model)
+        model.generator.unpad = model.discriminator.unpad = unpad
+        self.obj = ElectraObjective(model, cfg.objective, SP, cfg.data.seq_len)
         self.opt = build_optimizer(self.obj, cfg.optimizer)
         self.clip = cfg.optimizer.grad_clip
 
@@ -90,18 +129,8 @@ class Theirs:
         self.cfg = cfg
 
     def step(self, ids, seg) -> float:
-        o = self.cfg.objective
-        mask = (ids != SP.pad).long()
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.bf16):
-            m = apply_masking(ids, SP, o, o.max_predictions_for(ids.shape[1]))
-            logits = self.gen(input_ids=m.masked_ids, attention_mask=mask, token_type_ids=seg).logits
-            logits = logits.reshape(-1, logits.shape[-1])[m.positions].float()
-            gen_loss = F.cross_entropy(logits, m.targets)
-            sampled = gumbel_sample(logits, temperature=o.temperature)
-            disc_ids = ids.reshape(-1).index_copy(0, m.positions, sampled).view_as(ids)
-            labels = (disc_ids != ids).long()
-            disc_loss = self.disc(input_ids=disc_ids, attention_mask=mask, token_type_ids=seg, labels=labels).loss
-            loss = o.generator_weight * gen_loss + o.discriminator_weight * disc_loss
+            loss = hf_electra_loss(self.gen, self.disc, self.cfg, ids, seg)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.params, self.cfg.optimizer.grad_clip)
         self.opt.step()
@@ -138,14 +167,20 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", default=str(PRESET), help="preset whose model/objective to use")
     ap.add_argument("--batch", type=int, default=32, help="sequences per step")
-    ap.add_argument("--padded-rows", type=int, default=2, help="rows given padding (0: none)")
+    ap.add_argument("--fill", type=float, default=0.59,
+                    help="share of real (non-pad) positions in the batch (1: no padding)")
     ap.add_argument("--rounds", type=int, default=5, help="alternating timing rounds")
-    ap.add_argument("--skip-baseline", action="store_true", help="time only our step")
+    ap.add_argument("--skip-baseline", action="store_true", help="time only our steps")
+    ap.add_argument("--skip-padded", action="store_true", help="do not time ours-padded")
     ap.add_argument("--profile", action="store_true", help="print a torch.profiler table of our step")
     ap.add_argument("--precision", choices=["auto", "bf16", "fp32"], default="auto",
                     help="autocast dtype for both sides (auto: bf16 if its matmul is faster here)")
+    ap.add_argument("--threads", type=int, help="torch intra-op threads (default: torch's choice); 1 is "
+                    "steadier when other jobs share the cores")
     ap.add_argument("--json", help="also write the figures to this file")
     args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
 
     torch.manual_seed(0)
     fp32_rate, bf16_rate = matmul_gflops(1024, 2, torch.float32), matmul_gflops(256, 2)
@@ -153,9 +188,16 @@ def main() -> None:
     print(f"matmul probe: fp32 {fp32_rate:.1f}, bf16 {bf16_rate:.1f} GFLOP/s -> {'bf16' if bf16 else 'fp32'}",
           flush=True)
     cfg = load_config(args.config)
-    ids, seg = make_batch(cfg, args.batch, padded_rows=args.padded_rows)
-    tokens = int((ids != SP.pad).sum())
+    if not 0 < args.fill <= 1:
+        ap.error(f"--fill must be in (0, 1], got {args.fill}")
+    ids, seg = make_batch(cfg, args.batch, fill=args.fill)
+    real = ids != SP.pad
+    tokens = int(real.sum())
+    lengths = real.sum(1).double()
+    attention_len = float((lengths ** 2).sum() / lengths.sum())  # mean keys per real query
     sides = {"ours": Ours(cfg, bf16)}
+    if not args.skip_padded:
+        sides["ours-padded"] = Ours(cfg, bf16, unpad=False)
     if not args.skip_baseline:
         sides["transformers"] = Theirs(cfg, bf16)
     for name, side in sides.items():  # warm-up: allocator, oneDNN primitive caches
@@ -165,22 +207,27 @@ def main() -> None:
         for name, side in sides.items():
             times[name].append(timed(side.step, ids, seg))
     ceiling = matmul_gflops(dtype=torch.bfloat16 if bf16 else torch.float32)
-    flops = training_flops_per_token(cfg)
-    result = {"threads": torch.get_num_threads(), "tokens_per_step": tokens, "precision": "bf16" if bf16 else "fp32",
-              "matmul_ceiling_gflops": ceiling,
+    flops = training_flops_per_token(cfg, attention_len)
+    result = {"threads": torch.get_num_threads(), "tokens_per_step": tokens, "fill": tokens / ids.numel(),
+              "precision": "bf16" if bf16 else "fp32", "matmul_ceiling_gflops": ceiling,
               "train_flops_per_token": flops}
     for name, ts in times.items():
         sec = statistics.median(ts)
         result[name] = {"sec_per_step": sec, "tokens_per_s": tokens / sec,
                         "gflops": tokens * flops / sec / 1e9, "share_of_ceiling": tokens * flops / sec / 1e9 / ceiling}
-    if "transformers" in result:
-        result["speedup"] = result["ours"]["tokens_per_s"] / result["transformers"]["tokens_per_s"]
+    for other in ("transformers", "ours-padded"):
+        if other in result:
+            result[f"speedup_vs_{other}"] = result["ours"]["tokens_per_s"] / result[other]["tokens_per_s"]
+    print(f"batch {args.batch} x {cfg.data.seq_len}, fill {result['fill']:.3f} ({tokens} real tokens); "
+          "tokens/s and GFLOP/s count real tokens only")
     for name in times:
         r = result[name]
         print(f"{name:>13}: {r['sec_per_step']:.3f} s/step  {r['tokens_per_s']:8.0f} tokens/s  "
               f"{r['gflops']:6.1f} GFLOP/s  {100 * r['share_of_ceiling']:.1f}% of the {result['precision']} ceiling")
     print(f"{result['precision']} 2048^3 matmul: {ceiling:.0f} GFLOP/s; {flops / 1e6:.1f} MFLOP per token; "
-          f"threads {result['threads']}" + (f"; speedup {result['speedup']:.2f}x" if "speedup" in result else ""))
+          f"threads {result['threads']}")
+    print("speedup of ours: " + ", ".join(f"{result[f'speedup_vs_{o}']:.2f}x vs {o}"
+                                          for o in ("transformers", "ours-padded") if f"speedup_vs_{o}" in result))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
     if args.profile:

@@ -230,10 +230,14 @@ def checkpoint_state_dict(step_dir: str | Path) -> dict[str, torch.Tensor]:
     """The wrapped module's full fp32 state dict from a DeepSpeed checkpoint directory.
 
     With ZeRO (any stage) the fp32 master weights live partitioned in the optimiser files and
-    DeepSpeed's ``zero_to_fp32`` gathers them; without ZeRO the model-states file holds them whole.
+    DeepSpeed's ``zero_to_fp32`` gathers them; bf16 with ZeRO-1 is DeepSpeed's ``BF16_Optimizer``
+    (``bf16_zero_pp_rank_*`` files, which ``zero_to_fp32`` does not read): see
+    :func:`_bf16_optimizer_state_dict`. Without ZeRO the model-states file holds them whole.
     """
     step_dir = Path(step_dir)
     with _weights_only_loads():
+        if list(step_dir.glob("bf16_zero_pp_rank_*optim_states.pt")):
+            return _bf16_optimizer_state_dict(step_dir)
         if list(step_dir.glob("*zero_pp_rank_*optim_states.pt")):
             from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
 
@@ -242,6 +246,28 @@ def checkpoint_state_dict(step_dir: str | Path) -> dict[str, torch.Tensor]:
         if not states:
             raise FileNotFoundError(f"{step_dir}: no DeepSpeed model states (mp_rank_*_model_states.pt)")
         return {k: v.float() for k, v in torch.load(states[0], map_location="cpu")["module"].items()}
+
+
+def _bf16_optimizer_state_dict(step_dir: Path) -> dict[str, torch.Tensor]:
+    """fp32 masters of a ``BF16_Optimizer`` checkpoint: each rank file holds its flat fp32 partition
+    per group and, per parameter name, where its fragment lies in that partition; a parameter is
+    its fragments in rank order. Shared (tied) names take their source's tensor; parameters the
+    optimiser does not hold (frozen) keep the model-states value."""
+    states = torch.load(step_dir / "mp_rank_00_model_states.pt", map_location="cpu")
+    module, shared = states["module"], states.get("shared_params") or {}
+    rank_files = sorted(step_dir.glob("bf16_zero_pp_rank_*_mp_rank_00_optim_states.pt"),
+                        key=lambda f: int(f.name.split("_")[4]))
+    pieces: dict[str, list[torch.Tensor]] = {}
+    for f in rank_files:
+        osd = torch.load(f, map_location="cpu")["optimizer_state_dict"]
+        for flat, mapping in zip(osd["single_partition_of_fp32_groups"], osd["param_slice_mappings"]):
+            for name, frag in mapping.items():
+                pieces.setdefault(name, []).append(flat.narrow(0, frag.start, frag.numel))
+    out = {name: torch.cat(p).view(module[name].shape).clone() for name, p in pieces.items()}
+    for name, t in module.items():
+        if name not in out:
+            out[name] = out[shared[name]] if shared.get(name) in out else t.float()
+    return out
 
 
 def export_checkpoint(step_dir: str | Path, out_dir: str | Path) -> Path:

@@ -111,6 +111,10 @@ class OptimizerConfig:
     warmup_steps: int = 10000
     total_steps: int = 1000000  # horizon of the linear decay to 0
     grad_clip: float = 1.0
+    # The update kernel: "auto" = DeepSpeed's FusedAdam (adam_w_mode, same bias_correction: the
+    # same update as AdamWeightDecay, one multi-tensor CUDA kernel) on CUDA, electra.optim's
+    # AdamWeightDecay elsewhere; "on" = FusedAdam or an error; "off" = always AdamWeightDecay.
+    fused: Literal["auto", "on", "off"] = "auto"
 
     def validate(self) -> None:
         check(self.lr > 0, "lr must be positive")
@@ -142,6 +146,12 @@ class DataConfig:
 @dataclass
 class TrainConfig:
     global_batch_size: int = 128
+    # Per rank; must divide global / ranks. The presets keep 32, which divides their global batch
+    # on 1-8 ranks. Largest that fits one 80 GB GPU (bf16, ZeRO-1, flash attention), ESTIMATED from
+    # the saved-for-backward bytes of one bf16 forward on CPU (attention matrices excluded, as the
+    # fused kernels keep none) plus 20 bytes per parameter, within 90 % of the memory: Small the
+    # whole 128 batch; Base 128 (~0.37 GB per sequence of 512); Large 32 (~1.3 GB per sequence,
+    # 64 does not fit; activation checkpointing keeps only each layer's input and fits far more).
     micro_batch_size: int = 32
     max_steps: int | None = None  # None: optimizer.total_steps
     save_every: int = 1000
@@ -153,6 +163,15 @@ class TrainConfig:
     export_every_checkpoint: bool = False
     # Peak FLOP/s of one device for MFU; None: a table by device (electra/metrics_log.py).
     peak_flops: float | None = None
+    # GPU fast path (electra/distributed.py ``configure_fast_path``; TF32 and compile: CUDA only):
+    # TF32 tensor-core matmuls for fp32 runs (10-bit mantissa products, fp32 accumulation; the
+    # MFU peak of fp32 runs is the TF32 figure); ``torch.compile`` of the two encoders (kernel
+    # fusion; costs compile time at start, pays on long runs); activation checkpointing of the
+    # encoder layers (recomputes each layer in the backward: about a third more compute, frees
+    # the activations, for a larger micro batch on Large).
+    tf32: bool = True
+    compile: bool = False
+    activation_checkpointing: bool = False
 
     def validate(self) -> None:
         check(self.micro_batch_size > 0 and self.global_batch_size > 0, "batch sizes must be positive")

@@ -11,6 +11,22 @@ preset's global batch), ``train_micro_batch_size_per_gpu``, ``gradient_accumulat
 (derived: global / (micro x world), which must divide), ``gradient_clipping`` (optimizer
 section) and the bf16/fp16 switches (``train.precision``). The optimiser and LR schedule are the
 project's own (``electra.optim``), passed to DeepSpeed as client objects.
+
+bf16 is mixed precision, not bf16 training: the module's parameters and activations are bf16,
+the optimiser updates fp32 master weights, and gradients are accumulated over the micro batches
+AND all-reduced in fp32 (``data_types.grad_accum_dtype`` and ``communication_data_type``, both
+"fp32"). Without them DeepSpeed sums the micro-batch gradients into bf16 buffers (8 mantissa
+bits; Large sums 64 micro batches per step) and reduces them in bf16. With ZeRO-1 DeepSpeed then
+uses its ``BF16_Optimizer`` (fp32 gradient buffers, fp32 masters partitioned over ranks), with
+ZeRO-2/3 its ZeRO optimiser with a separate fp32 accumulation buffer. ZeRO-0 has no fp32
+accumulation path in DeepSpeed, so bf16 with stage 0 is refused at start.
+
+The GPU fast path (``configure_fast_path``, config ``train.tf32/compile/activation_checkpointing``)
+touches numerics and speed only, never the parameter names: TF32 matmuls for fp32 runs,
+``nn.Module.compile`` of the two encoders (in place, so state-dict keys and checkpoints do not
+change), and activation checkpointing by wrapping each encoder layer's ``forward`` in
+``torch.utils.checkpoint`` (non-reentrant, RNG preserved: the recomputation draws the same
+dropout masks, and the RNG streams end where they would without it).
 """
 from __future__ import annotations
 
@@ -53,6 +69,9 @@ def init_distributed() -> DistInfo:
     return DistInfo(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", 0)))
 
 
+FORCE_BF16_ENV = "ELECTRA_FORCE_BF16"  # tests: keep bf16 on a CPU without native bf16 (slow, tiny models)
+
+
 def effective_precision(precision: str) -> str:
     """The precision to train in here: as configured on GPUs; on a CPU, bf16 only where the CPU
     has native bf16 matrix units (AMX or AVX512-BF16), else fp32. Without them bf16 matmuls run
@@ -60,6 +79,8 @@ def effective_precision(precision: str) -> str:
     takes 730 ms in bf16 vs 40 ms in fp32, and an ELECTRA-Small step ~12x longer), and fp16 has
     no CPU path in DeepSpeed."""
     if precision == "fp32" or torch.cuda.is_available():
+        return precision
+    if precision == "bf16" and os.environ.get(FORCE_BF16_ENV) == "1":
         return precision
     try:
         flags = open("/proc/cpuinfo").read()
@@ -81,6 +102,13 @@ def deepspeed_config(cfg: ElectraConfig, world_size: int) -> dict:
               gradient_clipping=cfg.optimizer.grad_clip)
     ds["bf16"] = {**ds.get("bf16", {}), "enabled": cfg.train.precision == "bf16"}
     ds["fp16"] = {**ds.get("fp16", {}), "enabled": cfg.train.precision == "fp16"}
+    if cfg.train.precision == "bf16":  # fp32 accumulation and reduction (module docstring)
+        stage = ds.get("zero_optimization", {}).get("stage", 0)
+        if stage == 0:
+            raise ValueError("train.precision bf16 needs deepspeed.zero_optimization.stage >= 1: DeepSpeed "
+                             "accumulates gradients in fp32 only with ZeRO (stage 1 on one rank costs nothing)")
+        ds["data_types"] = {**ds.get("data_types", {}), "grad_accum_dtype": "fp32"}
+        ds["communication_data_type"] = "fp32"
     ds.setdefault("steps_per_print", 10**9)
     # Our client optimiser (Adam without bias correction) is not on DeepSpeed's ZeRO list; ZeRO
     # only needs it to be a torch.optim.Optimizer over the flat partitions, which it is.
@@ -95,6 +123,40 @@ def build_engine(module: torch.nn.Module, optimizer, scheduler, ds_config: dict)
     engine, _, _, _ = deepspeed.initialize(model=module, optimizer=optimizer, lr_scheduler=scheduler,
                                            config=ds_config)
     return engine
+
+
+def configure_fast_path(cfg: ElectraConfig, model: torch.nn.Module) -> list[str]:
+    """TF32, compilation and activation checkpointing as configured (module docstring); returns
+    what was switched on. TF32 and compilation only on CUDA; checkpointing everywhere."""
+    on = []
+    if torch.cuda.is_available() and cfg.train.tf32:
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+        on.append("tf32")
+    encoders = [model.generator, model.discriminator]
+    if cfg.train.activation_checkpointing:
+        for layer in (layer for enc in encoders for layer in enc.layers):
+            checkpoint_forward(layer)
+        on.append("activation_checkpointing")
+    if cfg.train.compile and torch.cuda.is_available():
+        for enc in encoders:
+            enc.compile()  # in place: parameter names stay as they are
+        on.append("compile")
+    return on
+
+
+def checkpoint_forward(layer: torch.nn.Module) -> None:
+    """Recompute ``layer`` in the backward instead of keeping its activations (training only)."""
+    from torch.utils.checkpoint import checkpoint
+
+    inner = layer.forward
+
+    def forward(*args):
+        if not (layer.training and torch.is_grad_enabled()):
+            return inner(*args)
+        return checkpoint(inner, *args, use_reentrant=False, preserve_rng_state=True)
+
+    layer.forward = forward
 
 
 def barrier() -> None:

@@ -16,13 +16,21 @@ ELECTRA forward = generator encoder + discriminator encoder + discriminator head
 a share p = mask_prob of the tokens (the cap max_predictions seldom binds). The "mlm" objective is
 the discriminator encoder + p * an MLM head of discriminator width. Training = 3 x forward
 (backward costs two matmuls per forward matmul: gradients of inputs and of weights).
+
+Tokens are the non-pad tokens of a batch: the model computes nothing on padding
+(``electra.model``), and MFU multiplies this count by the non-pad tokens per second, so a
+padded batch is not credited with work on its pad positions (nor is the padded path, which does
+that work). ``attention_len`` is the number of keys each real query attends to on average,
+sum(len^2) / sum(len) over the batch's rows; by default the sequence length, an upper bound that
+a caller without the batch's lengths (the trainer's log) uses. The attention term is a small share
+at length 128 (4 T h against ~24 h^2 per layer).
 """
 from __future__ import annotations
 
 from electra.config import ElectraConfig
 
 
-def encoder_flops_per_token(*, hidden: int, ffn: int, layers: int, seq_len: int, embedding: int) -> float:
+def encoder_flops_per_token(*, hidden: int, ffn: int, layers: int, seq_len: float, embedding: int) -> float:
     proj = 2.0 * embedding * hidden if embedding != hidden else 0.0
     layer = 2.0 * (4 * hidden * hidden + 2 * hidden * ffn) + 4.0 * seq_len * hidden
     return proj + layers * layer
@@ -32,8 +40,9 @@ def lm_head_flops(*, hidden: int, embedding: int, vocab: int) -> float:
     return 2.0 * hidden * embedding + 2.0 * embedding * vocab
 
 
-def forward_flops_per_token(cfg: ElectraConfig) -> float:
-    m, t, p = cfg.model, cfg.data.seq_len, cfg.objective.mask_prob
+def forward_flops_per_token(cfg: ElectraConfig, attention_len: float | None = None) -> float:
+    m, p = cfg.model, cfg.objective.mask_prob
+    t = cfg.data.seq_len if attention_len is None else attention_len
     disc = encoder_flops_per_token(hidden=m.hidden_size, ffn=m.intermediate_size, layers=m.num_layers,
                                    seq_len=t, embedding=m.embedding_size)
     if cfg.objective.kind == "mlm":
@@ -46,6 +55,6 @@ def forward_flops_per_token(cfg: ElectraConfig) -> float:
     return gen + disc + disc_head + gen_head
 
 
-def training_flops_per_token(cfg: ElectraConfig) -> float:
-    """Forward + backward matmul FLOPs per (non-pad) token: 3 x forward."""
-    return 3.0 * forward_flops_per_token(cfg)
+def training_flops_per_token(cfg: ElectraConfig, attention_len: float | None = None) -> float:
+    """Forward + backward matmul FLOPs per non-pad token: 3 x forward."""
+    return 3.0 * forward_flops_per_token(cfg, attention_len)

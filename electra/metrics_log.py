@@ -5,10 +5,21 @@ Per-micro-batch ``ObjectiveOutput`` fields are summed on the device in a :class:
 into one record: means over micro batches and ranks, tokens/s over the window's wall time, and
 MFU = tokens/s x training FLOPs per token (``electra.flops``) / (peak FLOP/s x ranks).
 
+Discriminator AUC (the original's ``tf.metrics.auc`` over non-pad tokens, which bins
+probabilities at 200 thresholds): each micro batch adds a histogram of its non-pad discriminator
+logits, per label, to the window (:func:`auc_histogram`: ``AUC_BINS`` equal bins over
+``[-AUC_RANGE, AUC_RANGE]``, outliers in the end bins; built with ``index_add_`` on the device, no
+host sync). Histograms add across micro batches and ranks, so the window's AUC is that of all its
+tokens, and :func:`auc_from_histogram` is the rank statistic (Mann-Whitney) on the binned logits:
+pairs in the same bin count one half, exactly as ``roc_auc_score`` counts tied scores. The only
+error is from binning: at most half the share of positive-negative pairs that fall in one bin.
+
 Peak FLOP/s: ``train.peak_flops`` if set, else dense bf16 (or fp32) figures: H100 SXM 989 TF,
-H200 989 TF, A100 312 TF (fp32 via TF32: 156/495 TF); on a CPU the figures measured on this
-project's 2-core AMX machine (docs/environment.md: 2.18 TF bf16, 0.317 TF fp32), which are only
-meaningful there.
+H200 989 TF, A100 312 TF; fp32 runs on these GPUs use TF32 tensor cores (``train.tf32``, on by
+default, electra/distributed.py), so their peak is the dense TF32 figure (495/495/156 TF); with
+``train.tf32=false`` the plain fp32 figure (67/67/19.5 TF). On a CPU the figures measured on
+this project's 2-core AMX machine (docs/environment.md: 2.18 TF bf16, 0.317 TF fp32), which are
+only meaningful there.
 
 Rank 0 writes ``metrics.jsonl`` (append, flushed per record) and TensorBoard events. On resume
 from step ``s`` records past ``s`` (from the killed run) are dropped first, atomically, so the
@@ -28,18 +39,44 @@ from electra.distributed import all_reduce_sum
 
 FIELDS = ("loss", "gen_loss", "disc_loss", "gen_acc", "disc_acc", "disc_precision", "disc_recall",
           "replaced_frac")
-_PEAK = {"H100": (989e12, 495e12), "H200": (989e12, 495e12), "A100": (312e12, 156e12),
-         "cpu": (2.18e12, 0.317e12)}
+AUC_BINS, AUC_RANGE = 4096, 16.0  # logit bins of width 1/128 (bf16 logits are no finer near |x| = 1)
+# dense bf16, fp32 via TF32 tensor cores, plain fp32 (per device; the CPU row is measured, no TF32)
+_PEAK = {"H100": (989e12, 495e12, 67e12), "H200": (989e12, 495e12, 67e12), "A100": (312e12, 156e12, 19.5e12),
+         "cpu": (2.18e12, 0.317e12, 0.317e12)}
 
 
-def peak_flops(precision: str, override: float | None = None) -> float:
+def peak_flops(precision: str, override: float | None = None, *, tf32: bool = True) -> float:
+    """The MFU denominator for one device: ``override``, else the table's figure for ``precision``
+    (fp32: the TF32 figure when ``tf32``, as ``train.tf32`` switches TF32 on for fp32 runs)."""
     if override:
         return override
     name = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
-    for key, (bf16, fp32) in _PEAK.items():
-        if key in name:
-            return bf16 if precision in ("bf16", "fp16") else fp32
-    return _PEAK["cpu"][0] if precision == "bf16" else _PEAK["cpu"][1]
+    row = next((v for k, v in _PEAK.items() if k in name), _PEAK["cpu"])
+    if precision in ("bf16", "fp16") and (name != "cpu" or precision == "bf16"):
+        return row[0]
+    return row[1] if tf32 else row[2]
+
+
+def auc_histogram(logits: torch.Tensor, labels: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """float64 [2 * AUC_BINS]: counts of the logits where ``weights``, negatives' bins then positives'."""
+    scale = AUC_BINS / (2 * AUC_RANGE)
+    idx = ((logits.detach().float().clamp(-AUC_RANGE, AUC_RANGE) + AUC_RANGE) * scale).long()
+    idx = idx.clamp_(0, AUC_BINS - 1) + AUC_BINS * labels.long()
+    idx = idx.masked_fill(~weights.bool(), 2 * AUC_BINS).flatten()  # excluded tokens: a dropped bin
+    counts = torch.zeros(2 * AUC_BINS + 1, dtype=torch.float64, device=logits.device)
+    counts.index_add_(0, idx, torch.ones_like(idx, dtype=torch.float64))
+    return counts[:-1]
+
+
+def auc_from_histogram(hist) -> float | None:
+    """ROC AUC from :func:`auc_histogram` counts (summed over any batches); None without both classes."""
+    h = torch.as_tensor(hist, dtype=torch.float64).cpu()
+    neg, pos = h[:AUC_BINS], h[AUC_BINS:]
+    n, p = float(neg.sum()), float(pos.sum())
+    if n == 0 or p == 0:
+        return None
+    below = torch.cumsum(neg, 0) - neg  # negatives in lower bins: ranked below each positive
+    return float((pos * (below + 0.5 * neg)).sum()) / (n * p)
 
 
 class MetricWindow:
@@ -50,8 +87,8 @@ class MetricWindow:
         self.reset()
 
     def reset(self) -> None:
-        # FIELDS..., micro batches, tokens
-        self.sums = torch.zeros(len(FIELDS) + 2, dtype=torch.float64, device=self.device)
+        # FIELDS..., micro batches, tokens, then the AUC histogram (one all-reduce for all)
+        self.sums = torch.zeros(len(FIELDS) + 2 + 2 * AUC_BINS, dtype=torch.float64, device=self.device)
         self.started = time.perf_counter()
 
     @property
@@ -61,13 +98,19 @@ class MetricWindow:
     def add(self, out) -> None:
         vals = [getattr(out, f).detach().double() for f in FIELDS]
         vals += [torch.ones((), dtype=torch.float64, device=self.device), out.num_tokens.detach().double()]
-        self.sums += torch.stack(vals)
+        n = len(vals)
+        self.sums[:n] += torch.stack(vals)
+        hist = getattr(out, "disc_hist", None)
+        if hist is not None:
+            self.sums[n:] += hist.detach().double()
 
     def flush(self) -> tuple[dict[str, float], int, float]:
         """All-reduce; returns (means, global tokens in window, seconds); resets the window."""
-        total = all_reduce_sum(self.sums.clone()).tolist()
+        reduced = all_reduce_sum(self.sums.clone()).cpu()
+        total = reduced[:len(FIELDS) + 2].tolist()
         micro = max(total[len(FIELDS)], 1.0)
         means = {f: total[i] / micro for i, f in enumerate(FIELDS)}
+        means["disc_auc"] = auc_from_histogram(reduced[len(FIELDS) + 2:])
         tokens, seconds = int(total[-1]), time.perf_counter() - self.started
         self.reset()
         return means, tokens, seconds

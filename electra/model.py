@@ -25,6 +25,11 @@ in ``hf_export`` splits it), attention is ``F.scaled_dot_product_attention`` wit
 when a batch has no padding (so the fused CPU/GPU kernels apply), GELU is the exact erf form.
 Parameter names mirror HF's (``LayerNorm``, ``dense``, ``dense_prediction``) so the key map is
 short. This file knows nothing about DeepSpeed, compilation or checkpoints.
+
+No compute on padding (``ElectraEncoder.unpad``, on by default): when a batch has padding, each
+encoder forward unpads once and every token-wise op runs on the real tokens only; attention
+regroups them by row (``electra/unpadding.py`` explains the layout, the CUDA and CPU attention
+paths and the trade-offs).
 """
 from __future__ import annotations
 
@@ -33,6 +38,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from electra.config import ModelConfig
+from electra.unpadding import Unpadded, unpad_layout, unpadded_attention
 
 
 class _DropoutFn(torch.autograd.Function):
@@ -90,7 +96,17 @@ class ElectraEmbeddings(nn.Module):
     def embedding_size(self) -> int:
         return self.word_embeddings.embedding_dim
 
-    def forward(self, input_ids: torch.Tensor, segment_ids: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, input_ids: torch.Tensor, segment_ids: torch.Tensor | None = None,
+                layout: Unpadded | None = None) -> torch.Tensor:
+        """[B, T, E], or [N, E] for the real tokens of ``layout`` only."""
+        if layout is not None:
+            ids = input_ids.reshape(-1).index_select(0, layout.indices)
+            x = self.word_embeddings(ids) + self.position_embeddings(layout.positions)
+            if segment_ids is None:
+                x = x + self.token_type_embeddings.weight[0]
+            else:
+                x = x + self.token_type_embeddings(segment_ids.reshape(-1).index_select(0, layout.indices).long())
+            return self.dropout(self.LayerNorm(x))
         seq_len = input_ids.shape[1]
         x = self.word_embeddings(input_ids) + self.position_embeddings.weight[:seq_len]
         if segment_ids is None:
@@ -116,12 +132,16 @@ class EncoderLayer(nn.Module):
         self.ffn_norm = nn.LayerNorm(hidden_size, eps=layer_norm_eps)
         self.dropout = Dropout(hidden_dropout)
 
-    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None) -> torch.Tensor:
-        b, t, h = x.shape
-        q, k, v = self.qkv(x).view(b, t, 3, self.num_heads, h // self.num_heads).permute(2, 0, 3, 1, 4)
+    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None, layout: Unpadded | None = None) -> torch.Tensor:
+        """``x``: [B, T, H] with ``attn_mask``, or the real tokens [N, H] of ``layout``."""
         p = self.attention_dropout if self.training else 0.0
-        a = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=p)
-        a = a.transpose(1, 2).reshape(b, t, h)
+        if layout is not None:
+            a = unpadded_attention(self.qkv(x), layout, self.num_heads, p)
+        else:
+            b, t, h = x.shape
+            q, k, v = self.qkv(x).view(b, t, 3, self.num_heads, h // self.num_heads).permute(2, 0, 3, 1, 4)
+            a = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=p)
+            a = a.transpose(1, 2).reshape(b, t, h)
         x = self.attn_norm(x + self.dropout(self.attn_out(a)))
         y = self.ffn_out(F.gelu(self.ffn_in(x)))
         return self.ffn_norm(x + self.dropout(y))
@@ -132,10 +152,13 @@ class ElectraEncoder(nn.Module):
 
     def __init__(self, embeddings: ElectraEmbeddings, *, hidden_size: int, num_layers: int, num_heads: int,
                  intermediate_size: int, hidden_dropout: float = 0.1, attention_dropout: float = 0.1,
-                 layer_norm_eps: float = 1e-12):
+                 layer_norm_eps: float = 1e-12, unpad: bool = True):
         super().__init__()
         self.embeddings = embeddings
         self.hidden_size = hidden_size
+        # Skip the padding of padded batches (module docstring). A plain attribute, not a config key:
+        # both paths give the same results, so only a benchmark or a debugging session turns it off.
+        self.unpad = unpad
         e = embeddings.embedding_size
         self.embeddings_project = nn.Linear(e, hidden_size) if e != hidden_size else None
         self.layers = nn.ModuleList(
@@ -145,15 +168,27 @@ class ElectraEncoder(nn.Module):
             for _ in range(num_layers))
 
     def forward(self, input_ids: torch.Tensor, segment_ids: torch.Tensor | None = None,
-                attention_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """``attention_mask``: [B, T], nonzero/True for real tokens (None: all real). Returns [B, T, H]."""
-        x = self.embeddings(input_ids, segment_ids)
+                attention_mask: torch.Tensor | None = None, *, keep_unpadded: bool = False):
+        """``attention_mask``: [B, T], nonzero/True for real tokens (None: all real). Returns [B, T, H]
+        (zeros at pad positions when unpadded), or with ``keep_unpadded`` (hidden, layout): the [N, H]
+        real tokens and their layout, or [B, T, H] and None (no padding in the batch, or ``unpad``
+        off). One entry point, so a compiled module (``nn.Module.compile``) covers both uses."""
+        x, layout = self._encode(input_ids, segment_ids, attention_mask)
+        if keep_unpadded:
+            return x, layout
+        return x if layout is None else layout.to_padded(x)
+
+    def _encode(self, input_ids: torch.Tensor, segment_ids: torch.Tensor | None,
+                attention_mask: torch.Tensor | None) -> tuple[torch.Tensor, Unpadded | None]:
+        layout = unpad_layout(attention_mask) if self.unpad else None
+        x = self.embeddings(input_ids, segment_ids, layout)
         if self.embeddings_project is not None:
             x = self.embeddings_project(x)
-        mask = sdpa_mask(attention_mask)
+        # With ``unpad`` on, no layout means no padding: no mask (and no second check of it).
+        mask = None if self.unpad else sdpa_mask(attention_mask)
         for layer in self.layers:
-            x = layer(x, mask)
-        return x
+            x = layer(x, mask, layout)
+        return x, layout
 
 
 def sdpa_mask(attention_mask: torch.Tensor | None) -> torch.Tensor | None:
@@ -241,12 +276,16 @@ class ElectraForPretraining(nn.Module):
                          attention_mask: torch.Tensor | None = None,
                          positions: torch.Tensor | None = None) -> torch.Tensor:
         """Vocabulary logits: [M, V] at flat ``positions`` (indices into B*T), or [B, T, V] if None."""
-        hidden = self.generator(input_ids, segment_ids, attention_mask)
+        hidden, layout = self.generator(input_ids, segment_ids, attention_mask, keep_unpadded=True)
+        if layout is not None:  # [B, T, H] is only a scatter of [N, H_g]: cheap next to the encoder
+            hidden = layout.to_padded(hidden)
         if positions is not None:
             hidden = hidden.reshape(-1, hidden.shape[-1]).index_select(0, positions)
         return self.generator_head(hidden, self.embeddings.word_embeddings.weight)
 
     def discriminator_logits(self, input_ids: torch.Tensor, segment_ids: torch.Tensor | None = None,
                              attention_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """One logit per token, [B, T]; positive means "replaced"."""
-        return self.discriminator_head(self.discriminator(input_ids, segment_ids, attention_mask))
+        """One logit per token, [B, T]; positive means "replaced" (0 at pad positions when unpadded)."""
+        hidden, layout = self.discriminator(input_ids, segment_ids, attention_mask, keep_unpadded=True)
+        logits = self.discriminator_head(hidden)  # on the real tokens only when unpadded
+        return logits if layout is None else layout.to_padded(logits)

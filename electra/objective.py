@@ -27,6 +27,14 @@ width tied to the shared word embeddings, owned by this module. The generator ne
 discriminator head are frozen (``requires_grad=False``) so optimisers and DeepSpeed skip them;
 the exported ``discriminator`` folder is then the BERT encoder to fine-tune.
 
+Masking draw vs the original: ``pretrain_helpers.mask`` samples its positions WITH replacement
+(``tf.random.categorical`` over the candidates) and does not remove repeats, so fewer distinct
+positions are masked than drawn (on average about 17.7 distinct of 19 draws at length 128 for
+full sequences, i.e. ~13.8 % instead of 15 % of the tokens). Here ``n`` distinct positions
+are drawn WITHOUT replacement (the top-``n`` of uniform scores), so exactly ``n`` (15 %) are
+predicted: the paper's stated rate, slightly more generator targets per sequence than the
+released code. A deliberate, documented difference; ``mask_prob`` can be lowered to match.
+
 Randomness comes from torch's global generator of the inputs' device, so a trainer that saves and
 restores RNG state resumes the exact same masks and samples.
 """
@@ -40,6 +48,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from electra.config import ObjectiveConfig
+from electra.metrics_log import AUC_BINS, auc_histogram
 from electra.model import ElectraForPretraining, GeneratorHead, init_weights
 
 
@@ -72,6 +81,7 @@ class ObjectiveOutput(NamedTuple):
     replaced_frac: torch.Tensor   # share of chosen positions whose sample differs from the original
     num_tokens: torch.Tensor      # non-pad tokens in the batch
     num_masked: torch.Tensor      # chosen positions in the batch
+    disc_hist: torch.Tensor       # discriminator AUC histogram (metrics_log.auc_histogram; 0 for "mlm")
 
 
 class Masking(NamedTuple):
@@ -176,8 +186,9 @@ class ElectraObjective(nn.Module):
             gen_acc = (logits.argmax(-1) == m.targets).float().sum() / max(1, m.targets.numel())
             acc, precision, recall = binary_stats(disc_logits, labels, non_pad)
             replaced = (sampled != m.targets).float().sum() / max(1, m.targets.numel())
+            hist = auc_histogram(disc_logits, labels, non_pad)
         return ObjectiveOutput(loss, gen_loss, disc_loss, gen_acc, acc, precision, recall, replaced,
-                               num_tokens, m.positions.new_tensor(m.positions.numel()))
+                               num_tokens, m.positions.new_tensor(m.positions.numel()), hist)
 
     def _mlm(self, m: Masking, segment_ids: torch.Tensor | None, non_pad: torch.Tensor) -> ObjectiveOutput:
         hidden = self.model.discriminator(m.masked_ids, segment_ids, non_pad)
@@ -188,4 +199,5 @@ class ElectraObjective(nn.Module):
         with torch.no_grad():
             gen_acc = (logits.argmax(-1) == m.targets).float().sum() / max(1, m.targets.numel())
         return ObjectiveOutput(self.cfg.generator_weight * gen_loss, gen_loss, zero, gen_acc, zero, zero,
-                               zero, zero, non_pad.sum(), m.positions.new_tensor(m.positions.numel()))
+                               zero, zero, non_pad.sum(), m.positions.new_tensor(m.positions.numel()),
+                               torch.zeros(2 * AUC_BINS, dtype=torch.float64, device=logits.device))

@@ -15,6 +15,13 @@ The step is a handful of ``torch._foreach_*`` calls over all tensors of a group 
 per tensor). It is a plain ``torch.optim.Optimizer`` with ``param_groups`` and lazily created
 state, so DeepSpeed can use it as a client optimizer (ZeRO swaps in its flat fp32 partitions).
 
+Fused kernel (``optimizer.fused``, "auto" on CUDA): DeepSpeed's ``FusedAdam`` with
+``adam_w_mode=True`` and the same ``bias_correction`` computes, per element,
+``p -= lr * (m_hat / (sqrt(v_hat) + eps) + wd * p)`` with ``m_hat = m`` and ``v_hat = v`` when
+uncorrected: the update above, in one multi-tensor CUDA launch per group. Its state uses the same
+keys (``exp_avg``, ``exp_avg_sq``). It needs DeepSpeed's CUDA op (prebuilt or JIT-built); "auto"
+falls back to ``AdamWeightDecay`` with a warning when the op cannot be loaded, "on" fails.
+
 No decay: every parameter with fewer than 2 dimensions, i.e. biases and LayerNorm scales/shifts
 (the original excludes names containing "LayerNorm", "layer_norm" and "bias"; in this model those
 are exactly the 1-D tensors).
@@ -28,12 +35,15 @@ without DeepSpeed call ``clip_grad_norm``.
 """
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 
 import torch
 from torch import nn
 
 from electra.config import OptimizerConfig
+
+log = logging.getLogger(__name__)
 
 
 class AdamWeightDecay(torch.optim.Optimizer):
@@ -102,9 +112,31 @@ def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
             {"params": no_decay, "weight_decay": 0.0}]
 
 
-def build_optimizer(model: nn.Module, cfg: OptimizerConfig) -> AdamWeightDecay:
-    return AdamWeightDecay(parameter_groups(model, cfg.weight_decay), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
-                           eps=cfg.eps, weight_decay=cfg.weight_decay, bias_correction=cfg.bias_correction)
+def build_optimizer(model: nn.Module, cfg: OptimizerConfig, *, device: str = "cpu") -> torch.optim.Optimizer:
+    """``AdamWeightDecay``, or DeepSpeed's ``FusedAdam`` with the same update (``cfg.fused``).
+
+    ``device``: the device type the parameters will live on when the optimiser steps (the trainer
+    builds it before DeepSpeed moves the model); "auto" fuses only for "cuda"."""
+    groups = parameter_groups(model, cfg.weight_decay)
+    if cfg.fused == "on" or (cfg.fused == "auto" and device == "cuda"):
+        try:
+            return fused_adam(groups, cfg)
+        except Exception as exc:  # the CUDA op missing or failing to build
+            if cfg.fused == "on":
+                raise RuntimeError(f"optimizer.fused=on: DeepSpeed FusedAdam unavailable ({exc})") from exc
+            log.warning("DeepSpeed FusedAdam unavailable (%s): using AdamWeightDecay", exc)
+    return AdamWeightDecay(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps,
+                           weight_decay=cfg.weight_decay, bias_correction=cfg.bias_correction)
+
+
+def fused_adam(groups: list[dict], cfg: OptimizerConfig) -> torch.optim.Optimizer:
+    """DeepSpeed ``FusedAdam`` configured as ``AdamWeightDecay`` (decoupled decay, our bias setting)."""
+    if not torch.cuda.is_available():
+        raise RuntimeError("FusedAdam is a CUDA kernel and no CUDA device is available")
+    from deepspeed.ops.adam import FusedAdam
+
+    return FusedAdam(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps, weight_decay=cfg.weight_decay,
+                     adam_w_mode=True, bias_correction=cfg.bias_correction)
 
 
 def lr_multiplier(step: int, cfg: OptimizerConfig) -> float:

@@ -24,8 +24,16 @@ API is configured (``common.events``: on a background thread, never waited on) â
 deployment's trigger in ``prefect.yaml`` starts the evaluation of that checkpoint.
 
 Exact resume rests on three things: the data position (epoch, micro batch) in ``meta.json``;
-every RNG the step draws from restored per rank (evaluation runs under ``fork_rng`` so it never
-moves the training stream); and the DataLoader seeded by its own generator, not the global one.
+every RNG the step draws from restored per rank (evaluation runs under ``fork_rng`` over the CPU
+AND every CUDA generator, so its fixed seed never leaks into training: masks, Gumbel noise and
+dropout would otherwise repeat after each evaluation); and the DataLoader seeded by its own
+generator, not the global one.
+
+Numerics: bf16 runs keep fp32 master weights and accumulate and all-reduce gradients in fp32
+(electra/distributed.py); every Hugging Face export of a bf16/fp16 run is written from the fp32
+master weights (``fp32_model``), the same values ``export_checkpoint`` reads from the checkpoint
+files, not from the bf16-rounded module. The GPU fast path (TF32, ``torch.compile``, activation
+checkpointing, DeepSpeed's FusedAdam) is set up in ``_build_engine`` from the config.
 """
 from __future__ import annotations
 
@@ -170,7 +178,13 @@ class Trainer:
         model = ElectraForPretraining(self.cfg.model)
         special = SpecialTokens.from_manifest(self.corpus.manifest.tokenizer.special_tokens)
         objective = ElectraObjective(model, self.cfg.objective, special, self.cfg.data.seq_len)
-        optimizer = build_optimizer(objective, self.cfg.optimizer)
+        fast = D.configure_fast_path(self.cfg, model)
+        if fast and self.rank0:
+            log.info("fast path: %s", ", ".join(fast))
+        optimizer = build_optimizer(objective, self.cfg.optimizer,
+                                    device="cuda" if torch.cuda.is_available() else "cpu")
+        if self.rank0:
+            log.info("optimizer: %s", type(optimizer).__name__)
         engine = D.build_engine(objective, optimizer, build_scheduler(optimizer, self.cfg.optimizer),
                                 self.ds_config)
         seed_everything(self.cfg.train.seed + 1000 * (self.dist.rank + 1))  # distinct masks per rank
@@ -193,7 +207,7 @@ class Trainer:
         cfg, max_steps = self.cfg, self.cfg.max_steps
         window = MetricWindow(self.engine.device)
         flops = _flops_per_token(cfg)
-        peak = peak_flops(cfg.train.precision, cfg.train.peak_flops)
+        peak = peak_flops(cfg.train.precision, cfg.train.peak_flops, tf32=cfg.train.tf32)
         batches = iter(self.train_stream)
         bar = _progress(self.rank0, total=max_steps, initial=self.step)
         started = time.perf_counter()
@@ -257,7 +271,8 @@ class Trainer:
             return None
         window = MetricWindow(self.engine.device)
         self.engine.eval()
-        with torch.random.fork_rng(devices=[]), torch.no_grad():
+        cuda = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
+        with torch.random.fork_rng(devices=cuda), torch.no_grad():  # all CUDA generators too
             torch.manual_seed(self.cfg.train.seed + self.dist.rank)
             n = min(self.cfg.data.eval_batches, plan.batches_per_epoch)
             for batch in sdata.eval_batches(plan, n, prefetch=self.cfg.data.prefetch_shards):
@@ -292,10 +307,37 @@ class Trainer:
         from electra.hf_export import export_hf
 
         with D.full_parameters(self.engine):
+            model = self.fp32_model()  # every rank: gathering the masters is a collective
             if self.rank0:
-                export_hf(self.engine.module.model, self.cfg.model, out_dir or self.run_dir / "hf",
+                export_hf(model, self.cfg.model, out_dir or self.run_dir / "hf",
                           tokenizer_dir=self.run_dir / TOKENIZER_DIR)
         D.barrier()
+
+    def fp32_model(self):
+        """The model with the optimiser's fp32 master weights (bf16/fp16 runs: a CPU copy on rank 0,
+        None on the other ranks, which only take part in the gathering; fp32 runs: the module
+        itself). Parameters the optimiser does not hold (frozen by ``kind=mlm``) keep the module's
+        values."""
+        module = self.engine.module.model
+        if self.cfg.train.precision == "fp32":
+            return module
+        from deepspeed.utils import safe_get_full_fp32_param
+
+        from electra.model import ElectraForPretraining
+
+        masters = {}
+        for name, p in module.named_parameters(remove_duplicate=False):  # shared embeddings: each name
+            master = safe_get_full_fp32_param(p)  # a collective with ZeRO: every rank, same order
+            if master is not None and self.rank0:
+                masters[name] = master.detach().float().cpu()
+        if not self.rank0:
+            return None
+        state = {k: v.detach().float().cpu() for k, v in module.state_dict().items()}
+        state.update({k: v.view(state[k].shape) for k, v in masters.items()})
+        with torch.random.fork_rng(devices=[]):  # the throw-away init must not move the training RNG
+            model = ElectraForPretraining(self.cfg.model)
+        model.load_state_dict(state, strict=True)
+        return model
 
 
 def run_dir(out: str) -> Path:

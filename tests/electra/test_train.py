@@ -98,7 +98,10 @@ def test_baseline_run_layout_and_metrics(baseline):
 
 
 def test_sigkill_at_random_step_resumes_bitwise(corpus, baseline, tmp_path):
-    kill_after = random.Random().randint(3, 7)  # odd: resumes from the step before, drops a logged step
+    # SIGKILL by fault injection right after step 5 (no race with a polling loop): an odd step, so
+    # the resume starts at the step-4 checkpoint, which follows the step-4 evaluation, and the
+    # killed run's logged step 5 is dropped and redone.
+    kill_after = 5
     out = tmp_path / "run"
     p = run(train_cmd(corpus, out, *SINGLE), **{KILL_AFTER_STEP_ENV: kill_after})
     assert p.returncode == -signal.SIGKILL
