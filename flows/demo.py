@@ -12,6 +12,7 @@ import argparse
 import json
 import logging
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -35,6 +36,10 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     out = Path(args.out).resolve()
+    for stale in (out / "run", out / "eval"):  # a demo starts from scratch: an earlier demo's
+        if stale.exists():                     # run would resume on a rebuilt corpus and refuse it
+            print(f"removing the previous demo's {stale}", flush=True)
+            shutil.rmtree(stale)
     raw = synthetic.write_corpus(out / "raw", num_docs=args.docs, seed=0)
     glue = out / "glue"
     synthetic.write_sentiment_task(glue, seed=1)
