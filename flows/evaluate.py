@@ -1,7 +1,7 @@
 """Prefect flow ``evaluate``: one checkpoint → fine-tuned GLUE/SQuAD scores, report, artifacts.
 
 ``evaluate``: checkpoint (run dir, step dir or HF export) → resolve/export the discriminator →
-one Prefect task per (GLUE task, seed) and one for SQuAD → ``results.json``, ``report.html`` +
+one Prefect task per GLUE task (per (task, seed) with ``workers`` > 1) and one for SQuAD → ``results.json``, ``report.html`` +
 PNGs, GLUE submission TSVs when test files exist → a markdown table artifact. The fine-tuning
 itself lives in ``electra.finetune`` and is testable without Prefect. ``out`` defaults to
 ``RUN/eval/step_N`` for a checkpoint ``RUN/checkpoints/step_N`` (what the event trigger and the
@@ -145,10 +145,11 @@ def glue_seed(name: str, seed: int, slot: int = 0, *, model_dir: str, glue_dir: 
 
 @task(retries=2, retry_delay_seconds=2, retry_condition_fn=_retry_on_io)
 def glue_task(name: str, *, model_dir: str, glue_dir: str, recipe: dict, out: str,
-              checkpoint: str, run_id: str) -> dict:
-    """The task's result from its saved seeds (any seed still missing is fine-tuned here)."""
+              checkpoint: str, run_id: str, slot: int = 0) -> dict:
+    """A task over all its seeds (seeds already saved are reused, the others fine-tuned)."""
     from electra.finetune.recipe import FinetuneRecipe
 
+    _place(slot)
     result = finetune_glue(name, model_dir=model_dir, glue_dir=glue_dir,
                            recipe=FinetuneRecipe.from_dict(recipe), out_dir=out,
                            checkpoint=checkpoint, run_id=run_id)
@@ -277,12 +278,17 @@ def _evaluate(checkpoint: str, out: str, *, specs, glue_dir, squad_dir, squad_ve
             check_squad_data(squad_dir, squad_version)
         except SquadDataError as exc:
             failed[squad_name] = f"{type(exc).__name__}: {exc}"
+    # One unit per task in-process (its files are read and tokenised once for all seeds); one
+    # per (task, seed) across worker processes, each task then assembled from its saved seeds.
+    per_seed = workers > 1
     units: dict[tuple[str, int], tuple[Any, dict]] = {}
-    for spec in specs:
-        if spec.name not in failed:
-            for seed in recipe_obj.seeds:
-                units[(spec.name, seed)] = (glue_seed, dict(name=spec.name, seed=seed,
-                                                            glue_dir=glue_dir, **common))
+    for spec in (s for s in specs if s.name not in failed):
+        if not per_seed:
+            units[(spec.name, -1)] = (glue_task, dict(name=spec.name, glue_dir=glue_dir, **common))
+            continue
+        for seed in recipe_obj.seeds:
+            units[(spec.name, seed)] = (glue_seed, dict(name=spec.name, seed=seed,
+                                                        glue_dir=glue_dir, **common))
     if squad_dir and squad_name not in failed:
         units[(squad_name, -1)] = (squad_task, dict(squad_dir=squad_dir, version=squad_version,
                                                     **common))
@@ -295,7 +301,7 @@ def _evaluate(checkpoint: str, out: str, *, specs, glue_dir, squad_dir, squad_ve
                               + (f" (seed {seed})" if seed >= 0 else ""))
         elif seed < 0:
             finished.append(outcome)
-    for spec in specs:  # assemble each task from its saved seeds (all done: nothing is redone)
+    for spec in specs if per_seed else ():  # from its saved seeds (all done: nothing redone)
         if spec.name not in failed:
             finished.append(glue_task(spec.name, glue_dir=glue_dir, **common))
     results = write_outputs(resolved, finished, glue_dir=glue_dir, recipe=rec, out=out,
