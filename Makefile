@@ -8,7 +8,7 @@ export TOKENIZERS_PARALLELISM := false
 # No network here: keep Prefect from trying to send telemetry.
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 
-.PHONY: install demo test test-fast serve bench clean
+.PHONY: install demo test test-fast serve bench electra-vs-mlm clean
 
 install: $(STAMP)
 
@@ -36,6 +36,16 @@ bench: $(STAMP)
 	$(PY) benchmarks/corpus.py
 	$(PY) benchmarks/step.py
 	$(PY) benchmarks/train.py
+
+# ELECTRA vs MLM at equal training FLOPs on the real books and GLUE tasks (hours on 2 cores;
+# rerun to resume). Extra flags: make electra-vs-mlm EVM_ARGS="--seeds 5".
+EVM_DATA ?= ../shared/data
+EVM_ARGS ?=
+electra-vs-mlm: $(STAMP)
+	test -f bench_out/books/manifest.json || $(PY) -m flows.build_corpus --source $(EVM_DATA)/corpus/gutenberg \
+		--out bench_out/books --profile books --validation-fraction 0.05
+	$(PY) benchmarks/electra_vs_mlm.py --corpus bench_out/books --glue-dir $(EVM_DATA)/glue \
+		--out bench_out/electra_vs_mlm $(EVM_ARGS)
 
 clean:
 	rm -rf $(VENV) demo_out .pytest_cache

@@ -10,7 +10,7 @@ Numbers from one process, same model, same engine:
    and micro batch) pulling one whole epoch as fast as possible, timed from a cold start: worker
    start-up, every shard read and its sha256 verified, every batch collated. Goal: >= 10x what
    the trainer consumes. ``--data`` may be any corpus location (``s3://bucket/corpus``).
-2. **Trainer samples/s and tokens/s end to end**: ``electra.train.Trainer.run`` (streaming,
+2. **Trainer samples/s and tokens/s end to end**: ``electra.trainer.Trainer.run`` (streaming,
    metrics every step, progress bar, a checkpoint at the end), measured from ``metrics.jsonl``
    over the steps after the warm-up.
 3. **Bare step**: the same engine stepping on one batch already in memory, nothing else,
@@ -51,7 +51,8 @@ import torch  # noqa: E402
 
 from common import storage  # noqa: E402
 from electra import data as sd  # noqa: E402
-from electra.train import Trainer, parse_args  # noqa: E402
+from electra.train import parse_args  # noqa: E402
+from electra.trainer import Trainer  # noqa: E402
 
 
 def loader_rate(plan: sd.StreamPlan, *, workers: int, prefetch: int) -> float:

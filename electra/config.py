@@ -13,6 +13,12 @@ Overrides (``section.key=value``, e.g. ``optimizer.lr=1e-4`` or
 ``null``, lists) and as a plain string otherwise, then type-check it against the field, so
 ``train.max_steps=ten`` fails loudly instead of becoming a string. A config file may be any
 storage location (``common.storage``).
+
+The dataclasses are frozen: a loaded config is a value. What a run changes after loading (the
+vocabulary size taken from the corpus, the precision this machine can train in) is applied once,
+with ``dataclasses.replace``, in ``electra.trainer.resolve_run_config``, and that object is what
+the run writes to ``RUN/config.json`` and trains with. (The untyped ``deepspeed`` dict is not
+frozen by this; ``electra.distributed.deepspeed_config`` copies it before filling it in.)
 """
 from __future__ import annotations
 
@@ -35,7 +41,7 @@ class GeneratorSizes(NamedTuple):
     intermediate_size: int
 
 
-@dataclass
+@dataclass(frozen=True)
 class ModelConfig:
     vocab_size: int = 30522
     embedding_size: int = 128
@@ -77,7 +83,7 @@ class ModelConfig:
         check(0 <= self.pad_token_id < self.vocab_size, "pad_token_id outside the vocabulary")
 
 
-@dataclass
+@dataclass(frozen=True)
 class ObjectiveConfig:
     kind: Literal["electra", "mlm"] = "electra"  # replaced token detection | BERT's MLM baseline
     mask_prob: float = 0.15
@@ -100,7 +106,7 @@ class ObjectiveConfig:
         check(self.max_predictions is None or self.max_predictions >= 1, "max_predictions must be >= 1 or null")
 
 
-@dataclass
+@dataclass(frozen=True)
 class OptimizerConfig:
     lr: float = 5e-4
     weight_decay: float = 0.01
@@ -123,7 +129,7 @@ class OptimizerConfig:
               "warmup_steps must be >= 0 and total_steps positive")
 
 
-@dataclass
+@dataclass(frozen=True)
 class DataConfig:
     seq_len: int = 128
     num_workers: int = 2
@@ -143,7 +149,7 @@ class DataConfig:
         check(self.shuffle_buffer >= 1, "shuffle_buffer must be >= 1")
 
 
-@dataclass
+@dataclass(frozen=True)
 class TrainConfig:
     global_batch_size: int = 128
     # Per rank; must divide global / ranks. The presets keep 32, which divides their global batch
@@ -177,7 +183,7 @@ class TrainConfig:
         check(self.micro_batch_size > 0 and self.global_batch_size > 0, "batch sizes must be positive")
 
 
-@dataclass
+@dataclass(frozen=True)
 class ElectraConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)

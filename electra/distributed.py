@@ -1,7 +1,7 @@
 """DeepSpeed glue: process group, the DeepSpeed config derived from ours, the engine, collectives.
 
 One code path for every machine: ``deepspeed.init_distributed`` picks NCCL on GPUs and the CPU
-accelerator's backend (gloo/ccl) otherwise. Run as a plain ``python electra/train.py`` the
+accelerator's backend (gloo/ccl) otherwise. Run as a plain ``python -m electra.train`` the
 launcher's environment (RANK, WORLD_SIZE, MASTER_ADDR, ...) is absent, so a one-rank world on a
 free local port is set up; the training code never branches on how it was started.
 
@@ -21,6 +21,9 @@ uses its ``BF16_Optimizer`` (fp32 gradient buffers, fp32 masters partitioned ove
 ZeRO-2/3 its ZeRO optimiser with a separate fp32 accumulation buffer. ZeRO-0 has no fp32
 accumulation path in DeepSpeed, so bf16 with stage 0 is refused at start.
 
+Reading DeepSpeed's checkpoint files (weights-only loads, gathering the fp32 masters offline)
+is ``electra.deepspeed_states``.
+
 The GPU fast path (``configure_fast_path``, config ``train.tf32/compile/activation_checkpointing``)
 touches numerics and speed only, never the parameter names: TF32 matmuls for fp32 runs,
 ``nn.Module.compile`` of the two encoders (in place, so state-dict keys and checkpoints do not
@@ -32,9 +35,11 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import logging
 import os
 import socket
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, TypeVar
 
 import torch
@@ -43,6 +48,7 @@ import torch.distributed as dist
 from electra.config import ElectraConfig
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -65,8 +71,40 @@ def init_distributed() -> DistInfo:
     if "RANK" not in os.environ:
         os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
                           MASTER_PORT=str(_free_port()))
+    if not torch.cuda.is_available():
+        build_shm_op_safely()
     deepspeed.init_distributed()
     return DistInfo(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", 0)))
+
+
+def build_shm_op_safely() -> None:
+    """Build (or load) DeepSpeed's CPU shared-memory collective op under an ``flock``.
+
+    DeepSpeed's CPU backend JIT-compiles that op at its first start on a machine, and torch guards
+    the build with a lock FILE (``FileBaton``: created, waited on while it exists, removed when the
+    build ends). A process killed mid-build (a timeout, Ctrl-C) leaves the file behind, and from
+    then on every start waits on it forever. Here the build runs while holding an ``flock`` on a
+    file beside it, which the kernel releases when its holder dies: whoever holds it knows no build
+    of ours is running, so a lock file found then is a dead builder's and is removed (logged). The
+    op is cached in-process, so DeepSpeed's own load that follows does not build again.
+    """
+    import fcntl
+
+    from deepspeed.accelerator import get_accelerator
+    from deepspeed.comm.torch import build_shm_op
+    from torch.utils.cpp_extension import _get_build_directory
+
+    builder = get_accelerator().create_op_builder("ShareMemCommBuilder")
+    if builder is None:
+        return
+    folder = Path(_get_build_directory(builder.name, verbose=False))
+    with open(folder / ".electra-build.flock", "w") as guard:
+        fcntl.flock(guard, fcntl.LOCK_EX)  # released on close, or by the kernel if we die
+        stale = folder / "lock"
+        if stale.exists():
+            log.warning("%s: removing the lock file a killed build left (it would block every start)", stale)
+            stale.unlink(missing_ok=True)
+        build_shm_op()
 
 
 FORCE_BF16_ENV = "ELECTRA_FORCE_BF16"  # tests: keep bf16 on a CPU without native bf16 (slow, tiny models)

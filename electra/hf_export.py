@@ -18,6 +18,11 @@ HF ties it to the word embeddings on load (as ``save_pretrained`` does). Tensors
 float32 safetensors (never pickles) with ``{"format": "pt"}`` metadata, which
 ``from_pretrained`` expects. The whole ``out_dir`` is built in a temporary sibling folder and
 renamed into place, so a reader never sees half an export.
+
+``export_checkpoint(step_dir, out_dir)`` does the same for any complete checkpoint of a run,
+offline: the model is rebuilt from the run's ``config.json``, its fp32 master weights are read
+from the DeepSpeed files (``electra.deepspeed_states``: ZeRO partitions gathered, weights-only
+loads), and the run's copy of the tokenizer is written beside them.
 """
 from __future__ import annotations
 
@@ -29,7 +34,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from electra.config import ModelConfig
+from electra import run_layout as layout
+from electra.config import ElectraConfig, ModelConfig
 from electra.model import ElectraEmbeddings, ElectraEncoder, ElectraForPretraining, build_encoder
 
 
@@ -162,6 +168,30 @@ def export_hf(model: ElectraForPretraining, cfg: ModelConfig, out_dir: str | Pat
     return out_dir
 
 
+def export_checkpoint(step_dir: str | Path, out_dir: str | Path) -> Path:
+    """Export any complete checkpoint of a run as ``out_dir/{discriminator,generator}`` (HF format).
+
+    Needs the run's ``config.json`` (written by the trainer at start) and uses the run's copy of
+    the corpus tokenizer (``RUN/tokenizer``) when present.
+    """
+    from electra.deepspeed_states import checkpoint_state_dict
+
+    step_dir = Path(step_dir)
+    run_dir = layout.run_dir_of(step_dir)
+    if not layout.is_complete(step_dir) or run_dir is None:
+        raise FileNotFoundError(f"{step_dir}: not a complete checkpoint (no {layout.META} in a "
+                                f"RUN/{layout.CHECKPOINTS}/step_N folder)")
+    config_path = run_dir / layout.CONFIG
+    cfg = ElectraConfig.from_dict(json.loads(config_path.read_text()), source=str(config_path))
+    model = ElectraForPretraining(cfg.model)
+    prefix = "model."  # the engine wraps ElectraObjective, which holds the model as .model
+    state = {k[len(prefix):]: v for k, v in checkpoint_state_dict(step_dir).items() if k.startswith(prefix)}
+    model.load_state_dict(state, strict=True)
+    tokenizer_dir = run_dir / layout.TOKENIZER
+    export_hf(model, cfg.model, out_dir, tokenizer_dir=tokenizer_dir if tokenizer_dir.is_dir() else None)
+    return Path(out_dir)
+
+
 def _tokenizer_files(tokenizer_dir: str | Path | None) -> dict[str, bytes]:
     """The tokenizer files to write beside the model, derived from ``tokenizer.json`` (written
     as it is): ``tokenizer_config.json`` names the transformers class that loads it correctly,
@@ -194,9 +224,9 @@ def model_config_from_hf(disc: dict, gen: dict | None = None, *, source: str = "
         intermediate_size=disc["intermediate_size"], max_position_embeddings=disc["max_position_embeddings"],
         type_vocab_size=disc["type_vocab_size"], hidden_dropout=disc["hidden_dropout_prob"],
         attention_dropout=disc["attention_probs_dropout_prob"], layer_norm_eps=disc["layer_norm_eps"],
-        initializer_range=disc.get("initializer_range", 0.02), pad_token_id=disc.get("pad_token_id") or 0)
+        initializer_range=disc.get("initializer_range", 0.02), pad_token_id=disc.get("pad_token_id") or 0,
+        **({"generator_fraction": gen["hidden_size"] / disc["hidden_size"]} if gen is not None else {}))
     if gen is not None:
-        cfg.generator_fraction = gen["hidden_size"] / disc["hidden_size"]
         got = (gen["hidden_size"], gen["num_attention_heads"], gen["intermediate_size"])
         if tuple(cfg.generator_sizes()) != got or gen["num_hidden_layers"] != cfg.num_layers:
             raise ValueError(f"{source}: generator sizes {got} (layers {gen['num_hidden_layers']}) are not "

@@ -35,6 +35,7 @@ from pathlib import Path
 import torch
 
 from common.storage import write_bytes
+from electra import run_layout
 from electra.distributed import all_reduce_sum
 
 FIELDS = ("loss", "gen_loss", "disc_loss", "gen_acc", "disc_acc", "disc_precision", "disc_recall",
@@ -121,14 +122,14 @@ class MetricsLog:
 
     def __init__(self, run_dir: str | Path, *, enabled: bool, resume_step: int = 0):
         self.enabled = enabled
-        self.path = Path(run_dir) / "metrics.jsonl"
+        self.path = Path(run_dir) / run_layout.METRICS
         self.writer = None
         if not enabled:
             return
         truncate_after(self.path, resume_step)
         from torch.utils.tensorboard import SummaryWriter
 
-        self.writer = SummaryWriter(str(Path(run_dir) / "tensorboard"), purge_step=resume_step + 1)
+        self.writer = SummaryWriter(str(Path(run_dir) / run_layout.TENSORBOARD), purge_step=resume_step + 1)
         self.file = open(self.path, "a")
 
     def write(self, record: dict) -> None:

@@ -6,13 +6,16 @@ One step, exactly as docs/electra-reference.md §2 (and google-research/electra 
    ``n = max(1, min(max_predictions, round(num_non_pad * mask_prob)))`` (the count includes CLS/SEP;
    ``round`` is half-to-even like ``tf.round``), never more than the candidates. Choosing is
    vectorised: every candidate gets a uniform score, the ``n`` largest win (uniform without
-   replacement), via one ``topk`` over the batch.
+   replacement), via one ``topk`` over the batch. The result keeps a fixed shape, ``k =
+   max_predictions`` slots per row with a validity flag (``Masking``), so masking, the generator
+   head, sampling and the losses run without a data-dependent shape: no host sync on a GPU.
 2. A chosen position becomes [MASK] with probability ``mask_token_prob`` (0.85), else keeps its
    token. No random-token replacement.
 3. The generator runs on the masked sequence; its vocabulary logits are computed only at the
-   gathered chosen positions, flattened to [M, V] (no padding rows); loss = mean cross-entropy.
+   ``B * k`` gathered slots, flattened to [B*k, V] (a full row's slots are all chosen, so only
+   short rows add weight-0 rows); loss = mean cross-entropy over the chosen slots.
 4. Sampling: Gumbel-max on ``logits / temperature`` in float32 under ``no_grad``, noise
-   ``-log(-log(U + 1e-9) + 1e-9)`` drawn only for the M gathered rows.
+   ``-log(-log(U + 1e-9) + 1e-9)`` drawn only for the gathered slots.
 5. The discriminator sees the ORIGINAL sequence with the samples written into all chosen
    positions; label = sample != original (a correct sample is "real").
 6. Discriminator loss: sigmoid cross-entropy summed over every non-pad token (CLS/SEP included)
@@ -85,34 +88,62 @@ class ObjectiveOutput(NamedTuple):
 
 
 class Masking(NamedTuple):
-    masked_ids: torch.Tensor  # [B, T] generator input
-    positions: torch.Tensor   # [M] flat indices into B*T of the chosen positions
-    targets: torch.Tensor     # [M] original tokens there
+    """The masking of a batch in a FIXED-size form, so nothing in the step waits for the host:
+    ``k = min(max_predictions, T)`` slots per row, ``B * k`` in all, whatever ``n`` each row drew.
+    A slot is a flat index into B*T; ``valid`` marks the slots that are chosen positions (a row
+    with fewer than ``k`` chosen positions fills its other slots with unchosen positions of the same
+    row, whose losses are weighted 0 and whose tokens are written back unchanged). Slots are
+    sorted within each row, so ``positions`` lists the chosen positions in row-major order."""
+
+    masked_ids: torch.Tensor    # [B, T] generator input
+    slots: torch.Tensor         # [B*k] flat indices into B*T, sorted within each row
+    valid: torch.Tensor         # [B*k] bool: the slot is a chosen position
+    slot_targets: torch.Tensor  # [B*k] original tokens at the slots
+
+    @property
+    def positions(self) -> torch.Tensor:
+        """[M] flat indices of the chosen positions (data-dependent size: a host sync; for tests,
+        baselines and analysis, not the training step)."""
+        return self.slots[self.valid]
+
+    @property
+    def targets(self) -> torch.Tensor:
+        """[M] original tokens at ``positions``."""
+        return self.slot_targets[self.valid]
 
 
-def choose_positions(input_ids: torch.Tensor, special: SpecialTokens, *, mask_prob: float,
-                     max_predictions: int) -> torch.Tensor:
-    """Boolean [B, T]: the positions to predict in each sequence (step 1 above)."""
+def _ranked_slots(input_ids: torch.Tensor, special: SpecialTokens, *, mask_prob: float,
+                  max_predictions: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """[B, k] candidate indices ranked by a uniform score, and [B, k] bool: rank < n (chosen)."""
     non_pad = input_ids != special.pad
     candidates = non_pad & (input_ids != special.cls) & (input_ids != special.sep) & (input_ids != special.mask)
     n = torch.round(non_pad.sum(1).float() * mask_prob).long().clamp(1, max_predictions)
     n = torch.minimum(n, candidates.sum(1))
     scores = torch.rand(input_ids.shape, device=input_ids.device).masked_fill_(~candidates, -1.0)
     k = min(max_predictions, input_ids.shape[1])
-    top = scores.topk(k, dim=1).indices  # sorted: rank r < n[b] means chosen
+    top = scores.topk(k, dim=1).indices  # sorted by score: rank r < n[b] means chosen
     keep = torch.arange(k, device=input_ids.device)[None, :] < n[:, None]
-    chosen = torch.zeros_like(candidates)
-    chosen.scatter_(1, top, keep)
-    return chosen
+    return top, keep
+
+
+def choose_positions(input_ids: torch.Tensor, special: SpecialTokens, *, mask_prob: float,
+                     max_predictions: int) -> torch.Tensor:
+    """Boolean [B, T]: the positions to predict in each sequence (step 1 above)."""
+    top, keep = _ranked_slots(input_ids, special, mask_prob=mask_prob, max_predictions=max_predictions)
+    return torch.zeros_like(input_ids, dtype=torch.bool).scatter_(1, top, keep)
 
 
 def apply_masking(input_ids: torch.Tensor, special: SpecialTokens, cfg: ObjectiveConfig,
                   max_predictions: int) -> Masking:
-    chosen = choose_positions(input_ids, special, mask_prob=cfg.mask_prob, max_predictions=max_predictions)
+    top, keep = _ranked_slots(input_ids, special, mask_prob=cfg.mask_prob, max_predictions=max_predictions)
+    chosen = torch.zeros_like(input_ids, dtype=torch.bool).scatter_(1, top, keep)
     to_mask = chosen & (torch.rand(input_ids.shape, device=input_ids.device) < cfg.mask_token_prob)
     masked_ids = input_ids.masked_fill(to_mask, special.mask)
-    positions = chosen.view(-1).nonzero().squeeze(1)
-    return Masking(masked_ids, positions, input_ids.reshape(-1).index_select(0, positions))
+    cols = top.sort(dim=1).values  # row-major order; which slots are chosen is read back from the mask
+    valid = chosen.gather(1, cols).reshape(-1)
+    rows = torch.arange(input_ids.shape[0], device=input_ids.device)[:, None] * input_ids.shape[1]
+    slots = (cols + rows).reshape(-1)
+    return Masking(masked_ids, slots, valid, input_ids.reshape(-1).index_select(0, slots))
 
 
 @torch.no_grad()
@@ -126,9 +157,17 @@ def gumbel_sample(logits: torch.Tensor, *, temperature: float = 1.0,
     return (logits - torch.log(-torch.log(u + 1e-9) + 1e-9)).argmax(-1)
 
 
-def masked_lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Mean cross-entropy over the chosen positions; 0 (not NaN) for a batch without any."""
-    return F.cross_entropy(logits, targets, reduction="sum") / max(1, targets.numel())
+def masked_lm_loss(logits: torch.Tensor, targets: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
+    """Mean cross-entropy over the chosen positions (rows with ``weights`` True when given); 0, not
+    NaN, for a batch without any."""
+    if weights is None:
+        return F.cross_entropy(logits, targets, reduction="sum") / max(1, targets.numel())
+    ce = F.cross_entropy(logits, targets, reduction="none")
+    return (ce * weights).sum() / weights.sum().clamp(min=1)
+
+
+def _weighted_mean(x: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    return (x.float() * weights).sum() / weights.sum().clamp(min=1)
 
 
 def binary_stats(logits: torch.Tensor, labels: torch.Tensor, weights: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -171,11 +210,12 @@ class ElectraObjective(nn.Module):
         m = apply_masking(input_ids, self.special, self.cfg, self.max_predictions)
         if self.mlm_head is not None:
             return self._mlm(m, segment_ids, non_pad)
-        logits = self.model.generator_logits(m.masked_ids, segment_ids, non_pad, m.positions).float()
-        gen_loss = masked_lm_loss(logits, m.targets)
-        disallow = m.targets if self.cfg.disallow_correct else None
+        logits = self.model.generator_logits(m.masked_ids, segment_ids, non_pad, m.slots).float()
+        gen_loss = masked_lm_loss(logits, m.slot_targets, m.valid)
+        disallow = m.slot_targets if self.cfg.disallow_correct else None
         sampled = gumbel_sample(logits, temperature=self.cfg.temperature, disallow=disallow)
-        disc_ids = input_ids.view(-1).index_copy(0, m.positions, sampled).view_as(input_ids)
+        sampled = torch.where(m.valid, sampled, m.slot_targets)  # an unchosen slot keeps its token
+        disc_ids = input_ids.view(-1).index_copy(0, m.slots, sampled).view_as(input_ids)
         labels = disc_ids != input_ids
         disc_logits = self.model.discriminator_logits(disc_ids, segment_ids, non_pad).float()
         num_tokens = non_pad.sum()
@@ -183,21 +223,21 @@ class ElectraObjective(nn.Module):
         disc_loss = per_token.masked_fill(~non_pad, 0.0).sum() / num_tokens.clamp(min=1)
         loss = self.cfg.generator_weight * gen_loss + self.cfg.discriminator_weight * disc_loss
         with torch.no_grad():
-            gen_acc = (logits.argmax(-1) == m.targets).float().sum() / max(1, m.targets.numel())
+            gen_acc = _weighted_mean(logits.argmax(-1) == m.slot_targets, m.valid)
             acc, precision, recall = binary_stats(disc_logits, labels, non_pad)
-            replaced = (sampled != m.targets).float().sum() / max(1, m.targets.numel())
+            replaced = _weighted_mean(sampled != m.slot_targets, m.valid)
             hist = auc_histogram(disc_logits, labels, non_pad)
         return ObjectiveOutput(loss, gen_loss, disc_loss, gen_acc, acc, precision, recall, replaced,
-                               num_tokens, m.positions.new_tensor(m.positions.numel()), hist)
+                               num_tokens, m.valid.sum(), hist)
 
     def _mlm(self, m: Masking, segment_ids: torch.Tensor | None, non_pad: torch.Tensor) -> ObjectiveOutput:
         hidden = self.model.discriminator(m.masked_ids, segment_ids, non_pad)
-        hidden = hidden.reshape(-1, hidden.shape[-1]).index_select(0, m.positions)
+        hidden = hidden.reshape(-1, hidden.shape[-1]).index_select(0, m.slots)
         logits = self.mlm_head(hidden, self.model.embeddings.word_embeddings.weight).float()
-        gen_loss = masked_lm_loss(logits, m.targets)
+        gen_loss = masked_lm_loss(logits, m.slot_targets, m.valid)
         zero = gen_loss.new_zeros(())
         with torch.no_grad():
-            gen_acc = (logits.argmax(-1) == m.targets).float().sum() / max(1, m.targets.numel())
+            gen_acc = _weighted_mean(logits.argmax(-1) == m.slot_targets, m.valid)
         return ObjectiveOutput(self.cfg.generator_weight * gen_loss, gen_loss, zero, gen_acc, zero, zero,
-                               zero, zero, non_pad.sum(), m.positions.new_tensor(m.positions.numel()),
+                               zero, zero, non_pad.sum(), m.valid.sum(),
                                torch.zeros(2 * AUC_BINS, dtype=torch.float64, device=logits.device))

@@ -55,26 +55,28 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.task_runners import ProcessPoolTaskRunner, ThreadPoolTaskRunner
 
 from common.lease import Lease, LeaseHeld, LeaseInfo
+from electra import run_layout as layout
 from electra.finetune import glue_submission, report
 from electra.finetune.finetune import check_task_data, finetune_glue, recipe_for_model
 from electra.finetune.glue_tasks import GlueDataError, check_files, parse_task_list
 from electra.finetune.results import (TaskResult, code_version, hash_files, load_task,
                                       resume_key, save_task)
-from electra.finetune.sources import CHECKPOINTS, resolve_checkpoint
+from electra.finetune.sources import resolve_checkpoint
 from electra.finetune.squad_data import SquadDataError
 from electra.finetune.squad_finetune import (check_squad_data, finetune_squad, squad_files,
                                              squad_task_name)
 
-EVAL_DIR = "eval"
+EVAL_DIR = layout.EVAL
 LEASE = "lease.json"
 
 
 def default_out(checkpoint: str | Path) -> Path:
     """``RUN/eval/step_N`` for a checkpoint ``RUN/checkpoints/step_N``."""
     step = Path(checkpoint).resolve()
-    if step.parent.name != CHECKPOINTS or not step.name.startswith("step_"):
-        raise ValueError(f"--out is needed: {checkpoint} is not a RUN/{CHECKPOINTS}/step_N folder")
-    return step.parent.parent / EVAL_DIR / step.name
+    run = layout.run_dir_of(step)
+    if run is None or layout.step_of(step) is None:
+        raise ValueError(f"--out is needed: {checkpoint} is not a RUN/{layout.CHECKPOINTS}/step_N folder")
+    return layout.eval_dir(run, step.name)
 
 
 def _flow_run_finished(info: LeaseInfo) -> bool:
@@ -198,7 +200,7 @@ def write_outputs(resolved: dict, task_results: list[dict], *, glue_dir: str | N
     history, metrics_jsonl = [], None
     if resolved["run_dir"]:
         run = Path(resolved["run_dir"])
-        metrics_jsonl = run / "metrics.jsonl"
+        metrics_jsonl = run / layout.METRICS
         # this run's other evaluated checkpoints, for the scores-across-checkpoints plot
         history = [report.read_results(p.parent) for p in sorted((run / EVAL_DIR).glob(
             f"*/{report.RESULTS}")) if p.parent.resolve() != Path(out).resolve()] + [results]

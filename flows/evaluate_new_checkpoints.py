@@ -31,7 +31,8 @@ from prefect import flow, get_run_logger
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from electra.finetune import report
-from electra.finetune.sources import CheckpointError, step_dirs
+from electra.finetune.sources import CheckpointError
+from electra.run_layout import CHECKPOINTS, step_dirs
 from flows.evaluate import (EVAL_DIR, add_common_args, eval_lease, evaluate,
                             recipe_overrides)
 
@@ -39,7 +40,7 @@ from flows.evaluate import (EVAL_DIR, add_common_args, eval_lease, evaluate,
 def pending_checkpoints(runs: str | Path) -> list[tuple[Path, Path]]:
     """(step dir, eval dir) for every complete checkpoint without results, oldest first."""
     todo = []
-    for run in sorted(p for p in Path(runs).iterdir() if (p / "checkpoints").is_dir()):
+    for run in sorted(p for p in Path(runs).iterdir() if (p / CHECKPOINTS).is_dir()):
         for step in step_dirs(run):
             eval_dir = run / EVAL_DIR / step.name
             if not (eval_dir / report.RESULTS).is_file():

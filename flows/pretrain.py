@@ -1,9 +1,9 @@
 """Prefect flow ``pretrain``: launch the DeepSpeed trainer on a corpus, then (optionally) queue
 evaluation of the checkpoints it wrote.
 
-The flow is thin by design: the trainer is the command ``deepspeed electra/train.py`` (or plain
-``python electra/train.py`` for one process), run as a subprocess so DeepSpeed's launcher owns
-its ranks exactly as on the command line. Rerunning the flow with the same ``out`` resumes from
+The flow is thin by design: the trainer is the command ``deepspeed --module electra.train`` (or
+plain ``python -m electra.train`` for one process; ``electra/train.py`` as a file is the same
+entry), run as a subprocess so DeepSpeed's launcher owns its ranks exactly as on the command line. Rerunning the flow with the same ``out`` resumes from
 the run's ``latest`` checkpoint, which is the trainer's own behaviour.
 """
 from __future__ import annotations
@@ -21,11 +21,11 @@ REPO = Path(__file__).resolve().parents[1]
 def trainer_command(*, config: str, data: str, out: str, num_gpus: int | None, hostfile: str | None,
                     max_steps: int | None, overrides: list[str]) -> list[str]:
     if num_gpus is None and hostfile is None:
-        cmd = [sys.executable, "electra/train.py"]
+        cmd = [sys.executable, "-m", "electra.train"]
     else:
         cmd = [str(Path(sys.executable).with_name("deepspeed"))]
         cmd += ["--hostfile", hostfile] if hostfile else ["--num_gpus", str(num_gpus)]
-        cmd.append("electra/train.py")
+        cmd += ["--module", "electra.train"]
     cmd += ["--config", config, "--data", data, "--out", out]
     if max_steps is not None:
         cmd += ["--max-steps", str(max_steps)]

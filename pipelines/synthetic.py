@@ -6,8 +6,12 @@ English words. The text passes the default filter blocks (datatrove's Gopher, C4
 rules, English language ID) the way ordinary prose does: ten or more sentences (over 50 words)
 per document, every paragraph ending in punctuation, several of Gopher's stop words. It has
 enough lexical variety for a tokenizer to learn sub-words, and a tiny model can learn its
-regularities in minutes. ``corrupt_variants`` writes the kinds of bad
+regularities in minutes. ``write_bad_files`` writes the kinds of bad
 input a real crawl contains, so the demo shows quarantine at work.
+
+The demo's fine-tuning task, and the class sentences its corpus needs so that pre-training has
+something to teach, live in ``pipelines.synthetic_task``; ``document(sentence_fn=...)`` and
+``write_corpus(docs=...)`` are the hooks it uses. Without them the output is unchanged.
 """
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ import bz2
 import gzip
 import json
 import random
+from collections.abc import Callable
 from pathlib import Path
 
 _NOUNS = (
@@ -35,6 +40,7 @@ _ADJS = (
     "curious patient silent golden broken modern rural crowded forgotten remarkable "
     "elegant fragile stubborn generous peculiar"
 ).split()
+_ADJS_SET = frozenset(_ADJS)
 _ADVS = "slowly quickly often rarely carefully suddenly finally quietly eagerly patiently".split()
 _PREPS = "near across behind beyond under above through beside toward within with into".split()
 _CONJ = ("and then", "but", "because", "while", "although", "so", "after", "before")
@@ -70,11 +76,15 @@ def sentence(rng: random.Random) -> str:
     return text[0].upper() + text[1:] + rng.choice((".", ".", ".", "!", "?"))
 
 
-def document(rng: random.Random, *, paragraphs: tuple[int, int] = (2, 5), sentences: tuple[int, int] = (5, 9)) -> str:
-    """One document: paragraphs (one per line, as sentence-per-line corpora are) of sentences."""
+def document(rng: random.Random, *, paragraphs: tuple[int, int] = (2, 5), sentences: tuple[int, int] = (5, 9),
+             sentence_fn: Callable[[random.Random], str] = sentence) -> str:
+    """One document: paragraphs (one per line, as sentence-per-line corpora are) of sentences.
+
+    ``sentence_fn`` draws each sentence (``pipelines.synthetic_task`` mixes in class sentences).
+    """
     lines = []
     for _ in range(rng.randint(*paragraphs)):
-        lines.append(" ".join(sentence(rng) for _ in range(rng.randint(*sentences))))
+        lines.append(" ".join(sentence_fn(rng) for _ in range(rng.randint(*sentences))))
     return "\n".join(lines)
 
 
@@ -85,15 +95,18 @@ def documents(n: int, seed: int = 0) -> list[str]:
 
 def write_corpus(out_dir: str | Path, *, num_docs: int = 400, seed: int = 0, num_files: int = 4,
                  near_duplicates: float = 0.05, exact_duplicates: float = 0.05,
-                 bad_files: bool = True) -> Path:
+                 bad_files: bool = True, docs: list[str] | None = None) -> Path:
     """A small raw corpus in mixed formats, with planted duplicates and (optionally) bad files.
 
     Text files hold blank-line-separated documents; one file is gzip, one bz2, one JSON Lines.
+    ``docs`` replaces the generated documents (``num_docs`` is then ignored), e.g. the class-bearing
+    documents of ``pipelines.synthetic_task``.
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     rng = random.Random(seed)
-    docs = documents(num_docs, seed)
+    docs = documents(num_docs, seed) if docs is None else list(docs)
+    num_docs = len(docs)
     extra = []
     for d in rng.sample(docs, int(num_docs * exact_duplicates)):
         extra.append(d)
@@ -139,29 +152,3 @@ def write_bad_files(out: Path, rng: random.Random) -> None:
     (out / "bad-short.txt").write_text("too short\n\nspam spam spam spam spam spam\n")
     (out / "bad-json.jsonl").write_text('{"text": "' + document(rng).replace("\n", "\\n") + '"}\n{not json\n{"body": "no text field"}\n')
 
-
-_POSITIVE = ("bright", "golden", "gentle", "generous", "elegant", "remarkable")
-_NEGATIVE = ("broken", "fragile", "stubborn", "forgotten", "crowded", "heavy")
-_SENTIMENT = frozenset(_POSITIVE + _NEGATIVE)
-
-
-def write_sentiment_task(glue_dir: str | Path, *, n_train: int = 600, n_dev: int = 200, seed: int = 0) -> Path:
-    """A learnable SST-2-format task (``sentence\\tlabel``) in ``glue_dir/SST-2``.
-
-    The label is carried by one adjective (positive or negative list) inside an otherwise random
-    sentence, so a model that learned the corpus's words can fine-tune to well above chance.
-    """
-    rng = random.Random(seed)
-    task = Path(glue_dir) / "SST-2"
-    task.mkdir(parents=True, exist_ok=True)
-    for name, n in (("train.tsv", n_train), ("dev.tsv", n_dev)):
-        rows = ["sentence\tlabel"]
-        for _ in range(n):
-            label = rng.randrange(2)
-            adj = rng.choice(_POSITIVE if label else _NEGATIVE)
-            # Only the inserted adjective may carry sentiment: neutralise any the grammar drew.
-            words = ["old" if w.lower() in _SENTIMENT else w for w in sentence(rng).rstrip(".!?").split(" ")]
-            words.insert(rng.randrange(1, len(words)), f"{adj} {_zipf_choice(rng, _NOUNS)}")
-            rows.append(f"{' '.join(words).lower()} .\t{label}")
-        (task / name).write_text("\n".join(rows) + "\n")
-    return task

@@ -6,23 +6,27 @@ Accepted inputs (checked in this order):
 2. an HF export folder (``discriminator/`` inside, as ``export_hf`` writes it);
 3. a checkpoint step dir ``RUN/checkpoints/step_NNNNNNNN`` (has ``meta.json``): its own
    ``hf/discriminator`` if the trainer exported it, else an export made now with
-   ``electra.checkpoint.export_checkpoint(step_dir, out_dir)`` when the trainer package has it,
+   ``electra.hf_export.export_checkpoint(step_dir, out_dir)`` when the trainer package has it,
    else — for the run's newest checkpoint only — the run's final export ``RUN/hf``;
 4. a run dir (``checkpoints/`` inside): its newest complete checkpoint, as in 3; a run with no
    checkpoints but an ``hf/`` export uses that.
 
 A step that cannot be turned into a model raises ``CheckpointError`` naming what was looked for;
-never does an older checkpoint's score get attached silently to another model.
+never does an older checkpoint's score get attached silently to another model. The run
+directory's layout (what a step dir is, which are complete, ``meta.json``) is
+``electra.run_layout``'s; nothing here re-derives it.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-CHECKPOINTS = "checkpoints"
-HF = "hf"
+from electra import run_layout as layout
+from electra.run_layout import CHECKPOINTS, HF, step_dirs
+
+__all__ = ["CHECKPOINTS", "CheckpointError", "ResolvedCheckpoint", "resolve_checkpoint", "step_dirs"]
+
 DISC = "discriminator"
 
 
@@ -44,18 +48,11 @@ def _is_model_dir(p: Path) -> bool:
     return (p / "config.json").is_file() and (p / "model.safetensors").is_file()
 
 
-def step_dirs(run_dir: Path) -> list[Path]:
-    """Complete checkpoint step dirs of a run (``meta.json`` present), oldest first."""
-    root = run_dir / CHECKPOINTS
-    return sorted(d for d in root.glob("step_*") if d.is_dir() and (d / "meta.json").is_file())
-
-
 def _read_meta(step_dir: Path) -> dict[str, Any]:
-    path = step_dir / "meta.json"
     try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise CheckpointError(f"{path}: unreadable checkpoint meta ({exc})") from exc
+        return layout.read_meta(step_dir)
+    except ValueError as exc:  # names the file
+        raise CheckpointError(str(exc)) from exc
 
 
 def resolve_checkpoint(path: str | Path, *, export_dir: str | Path) -> ResolvedCheckpoint:
@@ -65,7 +62,7 @@ def resolve_checkpoint(path: str | Path, *, export_dir: str | Path) -> ResolvedC
         return ResolvedCheckpoint(str(path), path, "hf-folder")
     if _is_model_dir(path / DISC):
         return ResolvedCheckpoint(str(path), path / DISC, "hf-folder")
-    if (path / "meta.json").is_file():
+    if layout.is_complete(path):
         return _resolve_step(path, Path(export_dir))
     if (path / CHECKPOINTS).is_dir() or (path / HF).is_dir():
         steps = step_dirs(path)
@@ -83,8 +80,8 @@ def resolve_checkpoint(path: str | Path, *, export_dir: str | Path) -> ResolvedC
 
 def _resolve_step(step_dir: Path, export_dir: Path) -> ResolvedCheckpoint:
     meta = _read_meta(step_dir)
-    step = int(meta.get("step", step_dir.name.rsplit("_", 1)[-1]))
-    run_dir = step_dir.parent.parent if step_dir.parent.name == CHECKPOINTS else None
+    step = int(meta["step"]) if "step" in meta else layout.step_of(step_dir)
+    run_dir = layout.run_dir_of(step_dir)
     common = dict(checkpoint=str(step_dir), step=step, run_dir=run_dir, meta=meta)
     if _is_model_dir(step_dir / HF / DISC):
         return ResolvedCheckpoint(model_dir=step_dir / HF / DISC, source="step-export", **common)
@@ -99,13 +96,13 @@ def _resolve_step(step_dir: Path, export_dir: Path) -> ResolvedCheckpoint:
         return ResolvedCheckpoint(model_dir=run_dir / HF / DISC, source="run-hf", **common)
     raise CheckpointError(
         f"{step_dir}: no HF export ({step_dir / HF / DISC} missing), "
-        f"electra.checkpoint.export_checkpoint unavailable, and it is not the run's newest "
+        f"electra.hf_export.export_checkpoint unavailable, and it is not the run's newest "
         f"checkpoint (whose export RUN/hf/ could stand in)")
 
 
 def _exporter():
     try:
-        from electra import checkpoint
+        from electra import hf_export
     except ImportError:
         return None
-    return getattr(checkpoint, "export_checkpoint", None)
+    return getattr(hf_export, "export_checkpoint", None)

@@ -1,4 +1,6 @@
-"""electra/checkpoint.py: commit protocol, latest pointer, pruning, RNG round trip, safe loading.
+"""electra/checkpoint.py (commit protocol, latest pointer, pruning on save, RNG round trip) and
+electra/deepspeed_states.py (safe loading). The layout alone (listing, fallback, prune, meta) is
+tests/electra/test_run_layout.py.
 
 The end-to-end paths (DeepSpeed save/load, a kill during a checkpoint write, exact resume) run
 in tests/electra/test_train.py with the real trainer.
@@ -10,25 +12,20 @@ import pickle
 import random
 from dataclasses import asdict
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
 
 from electra import checkpoint as ck
+from electra import run_layout as layout
+from electra.deepspeed_states import install_safe_loader
 
 
 def meta(step):
-    return ck.CheckpointMeta(step=step, tokens_seen=10 * step, data_position={"epoch": 0, "batch": step},
+    return layout.CheckpointMeta(step=step, tokens_seen=10 * step, data_position={"epoch": 0, "batch": step},
                              manifest_sha256="m", tokenizer_sha256="t", config_hash="h", wall_time=1.0)
-
-
-def fake_checkpoint(run_dir, step, *, complete=True):
-    d = run_dir / ck.CHECKPOINTS / ck.step_name(step)
-    d.mkdir(parents=True)
-    (d / "mp_rank_00_model_states.pt").write_bytes(b"x")
-    if complete:
-        (d / ck.META).write_text(json.dumps(asdict(meta(step))))
-    return d
 
 
 class FakeEngine:
@@ -40,21 +37,21 @@ class FakeEngine:
 
     def save_checkpoint(self, root, tag, save_latest):
         assert save_latest is False  # our own pointer, written only after the commit
-        (ck.Path(root) / tag).mkdir(parents=True, exist_ok=True)
-        (ck.Path(root) / tag / "mp_rank_00_model_states.pt").write_bytes(b"state")
+        (Path(root) / tag).mkdir(parents=True, exist_ok=True)
+        (Path(root) / tag / "mp_rank_00_model_states.pt").write_bytes(b"state")
         if self.fail:
             raise KeyboardInterrupt  # interrupted mid-write
 
 
 def test_step_name_and_latest_pointer(tmp_path):
-    assert ck.step_name(1234) == "step_00001234"
-    assert ck.find_latest(tmp_path) is None
+    assert layout.step_name(1234) == "step_00001234"
+    assert layout.find_latest(tmp_path) is None
     for s in (2, 4):
         ck.save_checkpoint(FakeEngine(), tmp_path, meta(s), rank=0, keep_last=5, barrier=lambda: None)
     assert (tmp_path / "checkpoints" / "latest").read_text().strip() == "step_00000004"
-    latest = ck.find_latest(tmp_path)
+    latest = layout.find_latest(tmp_path)
     assert latest.name == "step_00000004"
-    read = asdict(ck.CheckpointMeta.read(latest))
+    read = asdict(layout.CheckpointMeta.read(latest))
     want = asdict(meta(4))
     assert {k: v for k, v in read.items() if k != "saved_at"} == {k: v for k, v in want.items() if k != "saved_at"}
     assert json.loads((latest / "rng_rank0.json").read_text()).keys() >= {"python", "numpy", "torch"}
@@ -65,11 +62,11 @@ def test_interrupted_write_leaves_previous_loadable(tmp_path):
     with pytest.raises(KeyboardInterrupt):
         ck.save_checkpoint(FakeEngine(fail=True), tmp_path, meta(4), rank=0, keep_last=5, barrier=lambda: None)
     assert (tmp_path / "checkpoints" / "step_00000004").is_dir()
-    assert ck.find_latest(tmp_path).name == "step_00000002"
-    removed = ck.clean_incomplete(tmp_path)
+    assert layout.find_latest(tmp_path).name == "step_00000002"
+    removed = layout.clean_incomplete(tmp_path)
     assert [d.name for d in removed] == ["step_00000004"]
     assert not (tmp_path / "checkpoints" / "step_00000004").exists()
-    assert ck.find_latest(tmp_path).name == "step_00000002"
+    assert layout.find_latest(tmp_path).name == "step_00000002"
 
 
 def test_kill_before_commit_hook_never_publishes(tmp_path):
@@ -81,18 +78,8 @@ def test_kill_before_commit_hook_never_publishes(tmp_path):
     with pytest.raises(SystemExit):
         ck.save_checkpoint(FakeEngine(), tmp_path, meta(4), rank=0, keep_last=5, barrier=lambda: None,
                            before_commit=die)
-    assert not (tmp_path / "checkpoints" / "step_00000004" / ck.META).exists()
-    assert ck.find_latest(tmp_path).name == "step_00000002"
-
-
-def test_broken_pointer_falls_back_to_newest_complete(tmp_path):
-    fake_checkpoint(tmp_path, 2)
-    fake_checkpoint(tmp_path, 4)
-    fake_checkpoint(tmp_path, 6, complete=False)
-    (tmp_path / "checkpoints" / "latest").write_text("step_00000006\n")
-    assert ck.find_latest(tmp_path).name == "step_00000004"
-    (tmp_path / "checkpoints" / "latest").unlink()
-    assert ck.find_latest(tmp_path).name == "step_00000004"
+    assert not (tmp_path / "checkpoints" / "step_00000004" / layout.META).exists()
+    assert layout.find_latest(tmp_path).name == "step_00000002"
 
 
 def test_keep_last_k(tmp_path):
@@ -128,8 +115,8 @@ class _EngineShell:
 
 def test_safe_loader_refuses_pickled_code_but_reads_tensors(tmp_path):
     shell = _EngineShell()
-    ck.install_safe_loader(shell)
-    ck.install_safe_loader(shell)  # idempotent
+    install_safe_loader(shell)
+    install_safe_loader(shell)  # idempotent
     good = tmp_path / "good.pt"
     torch.save({"w": torch.arange(4), "step": 3, "scaler": _safe_scaler()}, good)
     out = shell.checkpoint_engine.load(str(good))

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from torch import nn
 
-from electra.config import ElectraConfig, ModelConfig, ObjectiveConfig, load_config
+from electra.config import DataConfig, ElectraConfig, ModelConfig, ObjectiveConfig, load_config
 from electra.flops import forward_flops_per_token, training_flops_per_token
 from electra.model import ElectraForPretraining
 
@@ -25,8 +25,8 @@ def linear_weights(module: nn.Module) -> int:
 def test_flops_match_a_count_of_the_models_matmuls(model_kw):
     """Every Linear weight is one multiply-add per token; attention adds 2*T*h per layer;
     the generator head (dense + tied output layer) runs on mask_prob of the tokens."""
-    cfg = ElectraConfig(model=ModelConfig(**model_kw), objective=ObjectiveConfig(mask_prob=0.2))
-    cfg.data.seq_len = 32
+    cfg = ElectraConfig(model=ModelConfig(**model_kw), objective=ObjectiveConfig(mask_prob=0.2),
+                        data=DataConfig(seq_len=32))
     model = ElectraForPretraining(cfg.model)
     m, g = cfg.model, cfg.model.generator_sizes()
     encoders = linear_weights(model.generator) + linear_weights(model.discriminator)

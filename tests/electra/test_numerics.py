@@ -15,6 +15,9 @@ import pytest
 import torch
 
 from electra import checkpoint as ck
+from electra import run_layout as layout
+from electra.deepspeed_states import checkpoint_state_dict
+from electra.hf_export import export_checkpoint
 from electra.config import ModelConfig, ObjectiveConfig, OptimizerConfig, load_config
 from electra.distributed import FORCE_BF16_ENV, checkpoint_forward, deepspeed_config
 from electra.metrics_log import AUC_BINS, AUC_RANGE, MetricWindow, auc_from_histogram, auc_histogram
@@ -28,7 +31,8 @@ CUDA = torch.cuda.is_available()
 def bf16_run(tmp_path_factory):
     """A 2-step bf16 run (accumulation 2); RNG snapshots around an evaluation before training."""
     from electra import distributed as D
-    from electra.train import Trainer, parse_args
+    from electra.train import parse_args
+    from electra.trainer import Trainer
 
     tmp = tmp_path_factory.mktemp("bf16")
     data = write_tiny_corpus(tmp / "c", seq_len=32, train_shards=(9, 7), validation_shards=(6,))
@@ -83,8 +87,8 @@ def test_final_export_equals_the_checkpointed_fp32_masters(bf16_run):
     from electra.model import ElectraForPretraining
 
     run = bf16_run["run"]
-    step = ck.find_latest(run)
-    files = ck.checkpoint_state_dict(step)  # read back from the BF16_Optimizer partition files
+    step = layout.find_latest(run)
+    files = checkpoint_state_dict(step)  # read back from the BF16_Optimizer partition files
     state = {k.removeprefix("model."): v for k, v in files.items() if k.startswith("model.")}
     assert all(torch.equal(state[k], v) for k, v in bf16_run["masters"].items())
     model = ElectraForPretraining(load_config(run / "config.json").model)
@@ -93,7 +97,7 @@ def test_final_export_equals_the_checkpointed_fp32_masters(bf16_run):
     for folder, want in (("discriminator", want_disc), ("generator", want_gen)):
         got = load_file(str(run / "hf" / folder / "model.safetensors"))
         assert set(got) == set(want) and all(torch.equal(got[k], want[k]) for k in want), folder
-    exported = ck.export_checkpoint(step, run / "exp")  # the offline export reads the same masters
+    exported = export_checkpoint(step, run / "exp")  # the offline export reads the same masters
     got = load_file(str(exported / "discriminator" / "model.safetensors"))
     assert all(torch.equal(got[k], want_disc[k]) for k in want_disc)
 

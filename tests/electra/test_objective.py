@@ -112,8 +112,10 @@ def _by_hand(obj: ElectraObjective, ids: torch.Tensor, seed: int):
     torch.manual_seed(seed)
     non_pad = ids != SP.pad
     m = apply_masking(ids, SP, obj.cfg, obj.max_predictions)
-    logits = obj.model.generator_logits(m.masked_ids, None, non_pad, m.positions).float()
-    sampled = gumbel_sample(logits, temperature=obj.cfg.temperature)
+    # The step draws its Gumbel noise for every slot, so redo it on the slots, then keep the chosen.
+    slot_logits = obj.model.generator_logits(m.masked_ids, None, non_pad, m.slots).float()
+    slot_samples = gumbel_sample(slot_logits, temperature=obj.cfg.temperature)
+    logits, sampled = slot_logits[m.valid], slot_samples[m.valid]
     disc_ids = ids.clone().view(-1)
     disc_ids[m.positions] = sampled
     disc_ids = disc_ids.view_as(ids)
@@ -263,3 +265,35 @@ def test_step_under_bf16_autocast_is_finite_and_samples_in_fp32():
 def model_grads_finite(module: torch.nn.Module) -> bool:
     grads = [p.grad for p in module.parameters() if p.grad is not None]
     return len(grads) > 0 and all(torch.isfinite(g).all() for g in grads)
+
+
+def test_masking_has_a_fixed_shape_and_marks_exactly_the_chosen_positions():
+    # Rows from full to nothing maskable: the slot count is B * k whatever was drawn, the valid slots
+    # are exactly choose_positions' positions (same random numbers), and unchosen slots stay in
+    # their own row and keep their token.
+    ids = batch([64, 40, 9, 3, 2], 64, seed=3)
+    torch.manual_seed(11)
+    m = apply_masking(ids, SP, ObjectiveConfig(), max_predictions=19)
+    torch.manual_seed(11)
+    chosen = choose_positions(ids, SP, mask_prob=0.15, max_predictions=19)
+    assert m.slots.shape == m.valid.shape == m.slot_targets.shape == (5 * 19,)
+    assert m.positions.tolist() == chosen.view(-1).nonzero().squeeze(1).tolist()
+    assert torch.equal(m.slot_targets, ids.view(-1)[m.slots])
+    rows = torch.div(m.slots, 64, rounding_mode="floor").view(5, 19)
+    assert torch.equal(rows, torch.arange(5)[:, None].expand(5, 19))
+    assert len(set(m.slots.tolist())) == m.slots.numel()  # no slot written twice
+    assert m.valid.view(5, 19).sum(1).tolist() == [10, 6, 1, 1, 0]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="host syncs are a CUDA matter")
+def test_masking_and_sampling_never_wait_for_the_host():
+    ids = batch([128, 70, 5], 128).cuda()
+    apply_masking(ids, SP, ObjectiveConfig(), max_predictions=19)  # warm-up (lazy CUDA init)
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        m = apply_masking(ids, SP, ObjectiveConfig(), max_predictions=19)
+        logits = torch.randn(m.slots.numel(), 40, device="cuda")
+        sampled = torch.where(m.valid, gumbel_sample(logits), m.slot_targets)
+        ids.view(-1).index_copy(0, m.slots, sampled)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")

@@ -16,8 +16,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from electra import checkpoint as ck
-from electra.train import DEBUG_KEYS_ENV, KILL_AFTER_STEP_ENV, KILL_IN_CHECKPOINT_ENV, Trainer, parse_args
+from electra import run_layout as layout
+from electra.deepspeed_states import checkpoint_state_dict
+from electra.hf_export import export_checkpoint
+from electra.train import parse_args
+from electra.trainer import DEBUG_KEYS_ENV, KILL_AFTER_STEP_ENV, KILL_IN_CHECKPOINT_ENV, Trainer
 from tests.electra._corpus import TOKENIZER_PATH, shard_path, upload_corpus, write_tiny_corpus
 
 REPO = Path(__file__).resolve().parents[2]
@@ -91,7 +94,7 @@ def test_baseline_run_layout_and_metrics(baseline):
     assert ds["gradient_accumulation_steps"] == 2 and ds["train_batch_size"] == 8
     steps = sorted(d.name for d in (baseline / "checkpoints").glob("step_*"))
     assert steps == ["step_00000004", "step_00000006", "step_00000008"]  # keep_last 3
-    meta = ck.CheckpointMeta.read(baseline / "checkpoints" / "step_00000008")
+    meta = layout.CheckpointMeta.read(baseline / "checkpoints" / "step_00000008")
     assert meta.step == 8 and meta.tokens_seen == sum(r["tokens"] for r in records(baseline))
     assert meta.data_position == {"epoch": 2, "batch": 0}  # 35 examples -> 8 batches of 4 per epoch
     assert (baseline / "tensorboard").is_dir() and any((baseline / "tensorboard").iterdir())
@@ -118,8 +121,8 @@ def test_kill_during_checkpoint_write_keeps_previous(corpus, baseline, tmp_path)
     p = run(train_cmd(corpus, out, *SINGLE), **{KILL_IN_CHECKPOINT_ENV: 6})
     assert p.returncode != 0  # SIGKILLed inside save_checkpoint, after DeepSpeed wrote its files
     partial = out / "checkpoints" / "step_00000006"
-    assert partial.is_dir() and any(partial.glob("*.pt")) and not (partial / ck.META).exists()
-    assert ck.find_latest(out).name == "step_00000004"
+    assert partial.is_dir() and any(partial.glob("*.pt")) and not (partial / layout.META).exists()
+    assert layout.find_latest(out).name == "step_00000004"
     p = run(train_cmd(corpus, out, *SINGLE))
     assert p.returncode == 0, p.stderr[-3000:]
     assert "step_00000004 (step 4" in p.stderr and "removed incomplete checkpoint" in p.stderr
@@ -213,7 +216,7 @@ def test_two_ranks_zero2_disjoint_equal_loss_falls(two_rank_run):
     assert {f.name for f in ckpt.glob("zero_pp_rank_*")} == {"zero_pp_rank_0_mp_rank_00_optim_states.pt",
                                                             "zero_pp_rank_1_mp_rank_00_optim_states.pt"}
     assert {f.name for f in ckpt.glob("rng_rank*.json")} == {"rng_rank0.json", "rng_rank1.json"}
-    assert ck.CheckpointMeta.read(ckpt).data_position == {"epoch": 1, "batch": 4}
+    assert layout.CheckpointMeta.read(ckpt).data_position == {"epoch": 1, "batch": 4}
 
 
 @pytest.mark.slow
@@ -223,13 +226,60 @@ def test_two_ranks_rerun_resumes_from_latest(two_rank_run):
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     assert "resumed from" in p.stdout + p.stderr and "step_00000006 (step 6" in p.stdout + p.stderr
     assert [r["step"] for r in records(out)] == list(range(1, 9))
-    assert ck.CheckpointMeta.read(ck.find_latest(out)).data_position == {"epoch": 2, "batch": 0}
+    assert layout.CheckpointMeta.read(layout.find_latest(out)).data_position == {"epoch": 2, "batch": 0}
     # the resumed steps read the rest of epoch 1: still disjoint from what ranks read before
     for epoch_steps in ((5, 6, 7, 8),):
         keys = [line.split("\t")[1] for r in (0, 1)
                 for line in (keys_dir / f"keys_rank{r}.txt").read_text().splitlines()
                 if int(line.split("\t")[0]) in epoch_steps]
         assert len(keys) == 32 and len(set(keys)) == 32
+
+
+def test_run_config_is_resolved_once_into_a_new_frozen_config():
+    import dataclasses
+
+    from electra.config import load_config
+    from electra.trainer import resolve_run_config
+
+    requested = load_config(REPO / "electra/configs/small.json", ["train.precision=bf16"])
+    resolved = resolve_run_config(requested, corpus_vocab_size=200, precision="fp32")
+    assert (resolved.model.vocab_size, resolved.train.precision) == (200, "fp32")
+    assert (requested.model.vocab_size, requested.train.precision) == (30522, "bf16")  # untouched
+    want = requested.to_dict()
+    want["model"]["vocab_size"], want["train"]["precision"] = 200, "fp32"
+    assert resolved.to_dict() == want  # nothing else changed
+    assert resolve_run_config(requested, corpus_vocab_size=30522, precision="bf16") is requested
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        resolved.model.vocab_size = 5
+    with pytest.raises(ValueError, match="resolved run config.model: pad_token_id outside the vocabulary"):
+        resolve_run_config(load_config(REPO / "electra/configs/small.json", ["model.pad_token_id=300"]),
+                           corpus_vocab_size=200, precision="bf16")
+
+
+def test_launch_as_a_module_under_the_deepspeed_launcher(corpus, tmp_path):
+    """``deepspeed --module electra.train`` (one CPU rank): the run directory is complete and its
+    config.json is exactly the resolved config."""
+    from electra.config import load_config
+    from electra.distributed import effective_precision
+    from electra.trainer import requested_config, resolve_run_config
+
+    out = tmp_path / "run"
+    flags = ["--max-steps", "2", "--save-every", "1", "--micro-batch", "4", "--set", "train.global_batch_size=4",
+             "--set", "train.eval_every=0"]
+    launcher = [str(VENV_BIN / "deepspeed"), "--num_gpus", "1", "--master_port",
+                str(29500 + random.Random().randint(401, 800)), "--module", "electra.train"]
+    p = run([*launcher, *COMMON, "--data", str(corpus), "--out", str(out), *flags])
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert [d.name for d in layout.step_dirs(out)] == ["step_00000001", "step_00000002"]
+    assert layout.find_latest(out) == layout.step_dir(out, 2)
+    assert (out / "checkpoints" / "latest").read_text().strip() == "step_00000002"
+    assert [r["step"] for r in records(out)] == [1, 2]
+    assert (out / "tokenizer" / "tokenizer.json").is_file() and (out / "hf" / "discriminator").is_dir()
+    requested = requested_config(parse_args([*COMMON, "--data", "d", "--out", "o", *flags]))
+    want = resolve_run_config(requested, corpus_vocab_size=200,
+                              precision=effective_precision(requested.train.precision))
+    assert json.loads((out / "config.json").read_text()) == want.to_dict()
+    assert load_config(out / "config.json") == want
 
 
 def test_deepspeed_config_owns_batch_clip_and_precision():
@@ -289,8 +339,8 @@ def _disc_logits(model_dir):
 
 
 def test_export_checkpoint_of_the_final_step_equals_the_run_export(baseline, tmp_path):
-    step = ck.find_latest(baseline)
-    out = ck.export_checkpoint(step, tmp_path / "exp")
+    step = layout.find_latest(baseline)
+    out = export_checkpoint(step, tmp_path / "exp")
     assert (out / "discriminator" / "tokenizer.json").is_file()  # the run's own tokenizer copy
     assert torch.allclose(_disc_logits(out / "discriminator"), _disc_logits(baseline / "hf" / "discriminator"),
                           atol=1e-6)
@@ -299,9 +349,9 @@ def test_export_checkpoint_of_the_final_step_equals_the_run_export(baseline, tmp
 def test_export_checkpoint_gathers_zero2_partitions(two_rank_run, tmp_path):
     _, out, _ = two_rank_run
     step = out / "checkpoints" / "step_00000006"
-    state = ck.checkpoint_state_dict(step)
+    state = checkpoint_state_dict(step)
     assert all(v.dtype == torch.float32 and v.numel() > 0 for v in state.values())
-    exported = ck.export_checkpoint(step, tmp_path / "exp")
+    exported = export_checkpoint(step, tmp_path / "exp")
     assert torch.isfinite(_disc_logits(exported / "discriminator")).all()
     with pytest.raises(FileNotFoundError, match="not a complete checkpoint"):
-        ck.export_checkpoint(tmp_path, tmp_path / "x")
+        export_checkpoint(tmp_path, tmp_path / "x")

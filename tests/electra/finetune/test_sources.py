@@ -45,9 +45,9 @@ def test_step_and_run_dirs(tmp_path):
 
 
 def test_step_without_export_falls_back_only_for_the_newest(tmp_path, monkeypatch):
-    from electra import checkpoint
+    from electra import hf_export
 
-    monkeypatch.delattr(checkpoint, "export_checkpoint", raising=False)
+    monkeypatch.delattr(hf_export, "export_checkpoint", raising=False)
     run = tmp_path / "run"
     old = _step(run, 1, with_hf=False)
     new = _step(run, 2, with_hf=False)

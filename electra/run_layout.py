@@ -1,0 +1,166 @@
+"""The run directory, defined once: its names, the checkpoint listing, and ``meta.json``.
+
+Every reader and writer of a run directory (the trainer, the checkpoint commit, the offline
+export, checkpoint resolution for fine-tuning, the evaluation flows) takes the layout from here,
+so a rename or a new completeness rule cannot leave one of them behind::
+
+    RUN_DIR/
+        config.json               the resolved run config, exactly as trained (ElectraConfig)
+        deepspeed_config.json     the DeepSpeed config derived from it
+        tokenizer/                the run's copy of the corpus tokenizer (exports read it)
+        metrics.jsonl             train/eval/data records (electra.metrics_log)
+        hf/                       the final Hugging Face export (discriminator/, generator/)
+        eval/step_NNNNNNNN/       fine-tuning results of one checkpoint (flows.evaluate)
+        checkpoints/
+            step_NNNNNNNN/        one checkpoint; complete iff meta.json is in it
+                meta.json         written last (the commit marker, electra.checkpoint)
+                hf/               its export when train.export_every_checkpoint is on
+            latest                text file naming the newest complete step dir
+
+A step dir without ``meta.json`` is an interrupted write: it is never listed, resumed from or
+evaluated, and ``clean_incomplete`` deletes it at the next start. ``latest`` is a hint, not the
+truth: when it is missing or names an incomplete dir, the newest complete dir is used. Step dirs
+sort by name because the step is zero-padded to eight digits (``step_name``); the listing
+ignores anything that does not parse as ``step_<digits>``.
+
+Nothing here imports torch or DeepSpeed: the fine-tuning side reads run directories without them.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+CHECKPOINTS = "checkpoints"
+LATEST = "latest"
+META = "meta.json"
+CONFIG = "config.json"
+DEEPSPEED_CONFIG = "deepspeed_config.json"
+TOKENIZER = "tokenizer"
+METRICS = "metrics.jsonl"
+TENSORBOARD = "tensorboard"
+HF = "hf"
+EVAL = "eval"
+STEP_PREFIX = "step_"
+
+
+def step_name(step: int) -> str:
+    return f"{STEP_PREFIX}{step:08d}"
+
+
+def step_of(step_dir: str | Path) -> int | None:
+    """The step a ``step_NNNNNNNN`` name stands for; None for any other name."""
+    name = Path(step_dir).name
+    digits = name[len(STEP_PREFIX):]
+    return int(digits) if name.startswith(STEP_PREFIX) and digits.isdigit() else None
+
+
+def checkpoints_dir(run_dir: str | Path) -> Path:
+    return Path(run_dir) / CHECKPOINTS
+
+
+def step_dir(run_dir: str | Path, step: int) -> Path:
+    return checkpoints_dir(run_dir) / step_name(step)
+
+
+def run_dir_of(step_dir: str | Path) -> Path | None:
+    """The run directory holding ``RUN/checkpoints/step_N``; None for a step dir elsewhere."""
+    step_dir = Path(step_dir)
+    return step_dir.parent.parent if step_dir.parent.name == CHECKPOINTS else None
+
+
+def eval_dir(run_dir: str | Path, step_dir_name: str) -> Path:
+    return Path(run_dir) / EVAL / step_dir_name
+
+
+def is_complete(step_dir: str | Path) -> bool:
+    return (Path(step_dir) / META).is_file()
+
+
+def _all_step_dirs(run_dir: str | Path) -> list[Path]:
+    root = checkpoints_dir(run_dir)
+    dirs = [d for d in root.glob(f"{STEP_PREFIX}*") if d.is_dir() and step_of(d) is not None]
+    return sorted(dirs, key=lambda d: step_of(d))
+
+
+def step_dirs(run_dir: str | Path) -> list[Path]:
+    """Complete checkpoint step dirs of a run (``meta.json`` present), oldest first."""
+    return [d for d in _all_step_dirs(run_dir) if is_complete(d)]
+
+
+def read_meta(step_dir: str | Path) -> dict[str, Any]:
+    """``meta.json`` as a mapping; ValueError naming the file when it cannot be read or parsed."""
+    path = Path(step_dir) / META
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}: unreadable checkpoint meta ({exc})") from exc
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: unreadable checkpoint meta (expected a JSON object)")
+    return data
+
+
+@dataclass
+class CheckpointMeta:
+    step: int
+    tokens_seen: int
+    data_position: dict[str, int]
+    manifest_sha256: str
+    tokenizer_sha256: str
+    config_hash: str
+    wall_time: float  # seconds of training so far (summed over restarts)
+    world_size: int = 1
+    # What the data stream is a function of (seq_len, tokenizer, shard list): resume refuses a
+    # corpus that differs in it. "" in checkpoints written before it existed.
+    data_sha256: str = ""
+    saved_at: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+
+    @classmethod
+    def read(cls, step_dir: str | Path) -> CheckpointMeta:
+        """The typed meta of a step dir; ValueError naming the file when unreadable or incomplete."""
+        data = read_meta(step_dir)
+        try:
+            return cls(**data)
+        except TypeError as exc:
+            raise ValueError(f"{Path(step_dir) / META}: unreadable checkpoint meta ({exc})") from exc
+
+    def to_json(self) -> bytes:
+        return (json.dumps(asdict(self), indent=2) + "\n").encode()
+
+
+def find_latest(run_dir: str | Path) -> Path | None:
+    """The checkpoint to resume from: ``latest`` if it names a complete dir, else the newest one."""
+    pointer = checkpoints_dir(run_dir) / LATEST
+    if pointer.is_file():
+        target = checkpoints_dir(run_dir) / pointer.read_text().strip()
+        if is_complete(target):
+            return target
+        log.warning("%s names %s, which is incomplete; falling back to the newest complete one", pointer, target)
+    complete = step_dirs(run_dir)
+    return complete[-1] if complete else None
+
+
+def clean_incomplete(run_dir: str | Path) -> list[Path]:
+    """Delete step dirs a kill left without ``meta.json`` (rank 0, before training starts)."""
+    removed = []
+    for d in _all_step_dirs(run_dir):
+        if not is_complete(d):
+            shutil.rmtree(d, ignore_errors=True)
+            removed.append(d)
+            log.warning("removed incomplete checkpoint %s (interrupted write)", d)
+    return removed
+
+
+def prune(run_dir: str | Path, keep_last: int) -> list[Path]:
+    """Delete all but the newest ``keep_last`` complete checkpoints; returns what was deleted."""
+    complete = step_dirs(run_dir)
+    doomed = complete[: max(0, len(complete) - keep_last)]
+    for d in doomed:
+        shutil.rmtree(d, ignore_errors=True)
+    return doomed

@@ -1,0 +1,86 @@
+"""electra/run_layout.py: names, listing, the latest pointer's fallback, pruning, meta.json.
+
+Directories are built by hand here (with literal names, an independent spelling of the layout),
+so a change of the layout that the readers do not follow shows up as a failure.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from electra import run_layout as layout
+
+META = {"step": 0, "tokens_seen": 0, "data_position": {"epoch": 0, "batch": 0}, "manifest_sha256": "m",
+        "tokenizer_sha256": "t", "config_hash": "h", "wall_time": 1.5}
+
+
+def make_step(run, step, *, complete=True):
+    d = run / "checkpoints" / f"step_{step:08d}"
+    d.mkdir(parents=True)
+    (d / "mp_rank_00_model_states.pt").write_bytes(b"x")
+    if complete:
+        (d / "meta.json").write_text(json.dumps({**META, "step": step, "tokens_seen": 10 * step}))
+    return d
+
+
+def test_names():
+    assert layout.step_name(1234) == "step_00001234" and layout.step_of("step_00001234") == 1234
+    assert layout.step_of("step_latest") is None and layout.step_of("other") is None
+    assert layout.step_dir("/r", 7).as_posix() == "/r/checkpoints/step_00000007"
+    assert layout.run_dir_of("/r/checkpoints/step_00000007").as_posix() == "/r"
+    assert layout.run_dir_of("/r/elsewhere/step_00000007") is None
+    assert layout.eval_dir("/r", "step_00000007").as_posix() == "/r/eval/step_00000007"
+
+
+def test_listing_is_complete_dirs_oldest_first(tmp_path):
+    assert layout.step_dirs(tmp_path) == [] and layout.find_latest(tmp_path) is None
+    for s in (20, 3, 100):
+        make_step(tmp_path, s)
+    make_step(tmp_path, 200, complete=False)  # interrupted write: never listed
+    (tmp_path / "checkpoints" / "step_junk").mkdir()  # not a step name: ignored
+    (tmp_path / "checkpoints" / "step_00000050").write_text("a file, not a dir")
+    assert [d.name for d in layout.step_dirs(tmp_path)] == ["step_00000003", "step_00000020", "step_00000100"]
+    assert layout.find_latest(tmp_path).name == "step_00000100"  # no pointer: the newest complete
+
+
+def test_latest_pointer_and_its_fallback(tmp_path):
+    for s in (2, 4):
+        make_step(tmp_path, s)
+    make_step(tmp_path, 6, complete=False)
+    pointer = tmp_path / "checkpoints" / "latest"
+    pointer.write_text("step_00000002\n")
+    assert layout.find_latest(tmp_path).name == "step_00000002"  # the pointer wins when complete
+    pointer.write_text("step_00000006\n")  # names an incomplete dir
+    assert layout.find_latest(tmp_path).name == "step_00000004"
+    pointer.write_text("step_00000099\n")  # names nothing
+    assert layout.find_latest(tmp_path).name == "step_00000004"
+
+
+def test_prune_and_clean_incomplete(tmp_path):
+    for s in (1, 2, 3, 4):
+        make_step(tmp_path, s)
+    partial = make_step(tmp_path, 5, complete=False)
+    removed = layout.prune(tmp_path, keep_last=2)
+    assert [d.name for d in removed] == ["step_00000001", "step_00000002"]
+    assert partial.is_dir()  # pruning counts and deletes complete checkpoints only
+    assert layout.clean_incomplete(tmp_path) == [partial] and not partial.exists()
+    assert sorted(d.name for d in (tmp_path / "checkpoints").iterdir()) == ["step_00000003", "step_00000004"]
+
+
+def test_meta_round_trip_and_errors(tmp_path):
+    d = make_step(tmp_path, 8)
+    meta = layout.CheckpointMeta.read(d)
+    assert (meta.step, meta.tokens_seen, meta.wall_time, meta.world_size, meta.data_sha256) == (8, 80, 1.5, 1, "")
+    (d / "meta.json").write_bytes(meta.to_json())
+    assert layout.CheckpointMeta.read(d) == meta and json.loads((d / "meta.json").read_text())["step"] == 8
+    (d / "meta.json").write_text("{")
+    with pytest.raises(ValueError, match=r"step_00000008/meta.json: unreadable checkpoint meta"):
+        layout.read_meta(d)
+    (d / "meta.json").write_text(json.dumps({"step": 8}))  # parses, but lacks required fields
+    assert layout.read_meta(d) == {"step": 8}
+    with pytest.raises(ValueError, match=r"meta.json: unreadable checkpoint meta .*missing"):
+        layout.CheckpointMeta.read(d)
+    (d / "meta.json").write_text("[1]")
+    with pytest.raises(ValueError, match="expected a JSON object"):
+        layout.read_meta(d)
