@@ -19,10 +19,12 @@ more compute and is not what is compared here.)
 
 Budget. FLOPs = non-pad tokens seen x ``electra.flops.training_flops_per_token`` (ELECTRA's
 includes its generator). ``--electra-steps`` fixes ELECTRA's steps; ``--budget-flops`` derives
-them from the corpus' mean non-pad tokens per example (manifest). ELECTRA runs first; the MLM
-step count is then derived from the FLOPs ELECTRA really spent (its final checkpoint's
-``tokens_seen``) divided by MLM's FLOPs per step at ELECTRA's measured tokens per step, so the
-two budgets agree up to rounding to whole steps and the length spread of the extra batches.
+them from the corpus' mean non-pad tokens per example (manifest). ELECTRA runs first; MLM gets
+the FLOPs ELECTRA spent (its final checkpoint's ``tokens_seen`` x its FLOPs per token) at
+ELECTRA's measured tokens per step, i.e. ``steps x f_electra / f_mlm`` steps, so the two budgets
+agree up to rounding to whole steps and the length spread of the extra batches (the test
+recomputes both from the runs' files). A rerun into the same ``--out`` must use the same
+settings (``intent.json``), since finished stages and evaluations are reused.
 
 Checkpoints. ``--checkpoints K`` saves at 1/2^(K-1), ..., 1/4, 1/2, 1 of each run's steps: the
 same FLOPs fractions for both objectives. The trainer is run in stages (``--max-steps`` = the
@@ -159,7 +161,27 @@ def evaluated(out: Path, tasks: list[str], seeds: int) -> bool:
     if not p.exists():
         return False
     res = json.loads(p.read_text())
-    return all(len(res.get("tasks", {}).get(t, {}).get("seeds", [])) == seeds for t in tasks)
+    return all(len(res.get("tasks", {}).get(t, {}).get("seeds", [])) >= seeds for t in tasks)
+
+
+def check_intent(args, n_electra: int) -> None:
+    """Refuse to resume ``--out`` under other settings: finished stages and evaluations are reused
+    on a rerun, so a changed budget, seed, override or fine-tuning recipe would silently mix runs
+    made under different plans. The first run writes OUT/intent.json; later runs must match it."""
+    intent = {"preset": str(preset_path(args.preset)), "corpus": str(Path(args.corpus).resolve()),
+              "electra_steps": n_electra, "checkpoints": args.checkpoints, "seed": args.seed,
+              "warmup_fraction": args.warmup_fraction, "set": list(args.set),
+              "finetune_flags": finetune_flags(args)}
+    path = args.out / "intent.json"
+    if path.exists():
+        before = json.loads(path.read_text())
+        changed = sorted(k for k in intent if before.get(k) != intent[k])
+        if changed:
+            raise SystemExit(f"{path}: this output folder was started with other settings ({', '.join(changed)}"
+                             f" differ); rerun with the same ones, or use another --out")
+    else:
+        args.out.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(intent, indent=2) + "\n")
 
 
 def evaluate(args, checkpoint: Path, out: Path) -> None:
@@ -170,7 +192,9 @@ def evaluate(args, checkpoint: Path, out: Path) -> None:
 
 
 def plan_mlm_steps(electra_meta: dict, f_electra: float, f_mlm: float) -> int:
-    """MLM steps spending the FLOPs ELECTRA spent, at ELECTRA's measured tokens per step."""
+    """MLM steps spending the FLOPs ELECTRA spent, at ELECTRA's measured tokens per step. Both runs
+    read the same stream, so the tokens cancel: ``round(steps * f_electra / f_mlm)``; the budgets
+    then differ only by the rounding and by the lengths of the extra batches MLM reads."""
     tokens_per_step = electra_meta["tokens_seen"] / electra_meta["step"]
     return max(1, round(electra_meta["tokens_seen"] * f_electra / (f_mlm * tokens_per_step)))
 
@@ -182,6 +206,7 @@ def compare(args) -> None:
     f = {k: flops_per_token(preset, k, vocab, args.set) for k in OBJECTIVES}
     n_electra = args.electra_steps or max(1, round(
         args.budget_flops / (f["electra"] * cfg.train.global_batch_size * tokens_per_example)))
+    check_intent(args, n_electra)
     runs = args.out / "runs"
     plan = {"preset": str(preset), "flops_per_token": f, "checkpoints": args.checkpoints,
             "steps": {"electra": n_electra}, "stages": {"electra": checkpoint_steps(n_electra, args.checkpoints)}}

@@ -2,11 +2,12 @@
 
 A row is one fine-tuned model: a checkpoint of either pre-training run, or the random
 initialisation. Per task it keeps the primary metric that ``flows.evaluate`` reports for the task
-(``results.json``: ``tasks[T].primary``; SST-2 accuracy, MRPC F1, CoLA MCC, STS-B Spearman), the
+(``results.json``: ``tasks[T].primary``, e.g. CoLA MCC, STS-B Spearman, accuracy for SST-2 and MRPC), the
 per-seed scores, and their median (``statistics.median``: the mean of the two middle seeds for an
-even count), min and max. The row's average is the mean over tasks of the medians; its spread is
-the min/max over seeds of the per-seed task mean (seed i of every task), a band that shows how
-much the average moves with the fine-tuning seed alone.
+even count), min and max. The row's average is one statistic with its own spread: for each seed
+i, the mean over tasks of seed i's scores; then the median, min and max of those per-seed means
+(a centre taken from another statistic, e.g. the mean of the task medians, can fall outside such a
+band).
 
 ``write_report`` writes ``results.json`` (rows + setup), ``table.md`` (returned, and printed by the
 caller) and ``score_vs_flops.png``: one panel per task plus the average, score against
@@ -33,13 +34,12 @@ def task_scores(results: dict) -> dict[str, dict]:
 
 
 def average(tasks: dict[str, dict]) -> dict:
-    """Mean of the task medians, and the min/max over seeds of the per-seed task mean."""
+    """Median, min and max over seeds of the per-seed mean over tasks."""
     if not tasks:
         return {"median": float("nan"), "min": float("nan"), "max": float("nan")}
     n = min(len(t["scores"]) for t in tasks.values())
     per_seed = [statistics.fmean(t["scores"][i] for t in tasks.values()) for i in range(n)]
-    return {"median": statistics.fmean(t["median"] for t in tasks.values()),
-            "min": min(per_seed), "max": max(per_seed)}
+    return {"median": statistics.median(per_seed), "min": min(per_seed), "max": max(per_seed)}
 
 
 def collect_row(objective: str, step: int, meta: dict | None, flops_per_token: float,
@@ -91,7 +91,7 @@ def plot(rows: list[dict], path: Path) -> None:
                 s = stat(r)
                 ax.axhline(s["median"], color="grey", linestyle="--", label="no pre-training")
                 ax.axhspan(s["min"], s["max"], color="grey", alpha=0.15)
-        metric = "mean of medians" if panel == "average" else next(
+        metric = "task mean, median over seeds" if panel == "average" else next(
             r["tasks"][panel]["metric"] for r in rows if panel in r["tasks"])
         ax.set_title(f"{panel} ({metric})")
         ax.set_xlabel("pre-training FLOPs")

@@ -13,7 +13,8 @@ Forward FLOPs per token for an encoder of width h, FFN f, L layers, sequence len
 
 ELECTRA forward = generator encoder + discriminator encoder + discriminator head (2h^2 + 2h)
 + p * generator head, where the generator head (2 h_g e + 2 e V) runs only at the chosen positions,
-a share p = mask_prob of the tokens (the cap max_predictions seldom binds). The "mlm" objective is
+a share p = mask_prob of the tokens (the cap max_predictions seldom binds; the fixed-shape
+masking computes k = max_predictions slots per row, within a slot or two of p T for full rows). The "mlm" objective is
 the discriminator encoder + p * an MLM head of discriminator width. Training = 3 x forward
 (backward costs two matmuls per forward matmul: gradients of inputs and of weights).
 

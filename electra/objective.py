@@ -12,8 +12,9 @@ One step, exactly as docs/electra-reference.md §2 (and google-research/electra 
 2. A chosen position becomes [MASK] with probability ``mask_token_prob`` (0.85), else keeps its
    token. No random-token replacement.
 3. The generator runs on the masked sequence; its vocabulary logits are computed only at the
-   ``B * k`` gathered slots, flattened to [B*k, V] (a full row's slots are all chosen, so only
-   short rows add weight-0 rows); loss = mean cross-entropy over the chosen slots.
+   ``B * k`` gathered slots, flattened to [B*k, V]; rows with fewer chosen positions than ``k``
+   (short rows, and full rows where ``max_predictions`` rounds above ``n``: 79 slots for 77 at
+   length 512) add weight-0 rows; loss = mean cross-entropy over the chosen slots.
 4. Sampling: Gumbel-max on ``logits / temperature`` in float32 under ``no_grad``, noise
    ``-log(-log(U + 1e-9) + 1e-9)`` drawn only for the gathered slots.
 5. The discriminator sees the ORIGINAL sequence with the samples written into all chosen
