@@ -88,7 +88,10 @@ def main(argv: list[str] | None = None) -> int:
     _run([py, "-m", "flows.build_corpus", "--source", str(raw), "--out", corpus,
           "--vocab-size", "4000", "--seq-len", "128", "--validation-fraction", "0.05"])
     _run([py, "-m", "electra.train", "--config", TINY, "--data", corpus,
-          "--out", str(out / "run"), "--max-steps", str(args.steps), "--save-every", str(args.steps)])
+          "--out", str(out / "run"), "--max-steps", str(args.steps), "--save-every", str(args.steps),
+          # the schedule follows --steps: the preset's own total_steps would leave later steps at lr 0
+          "--set", f"optimizer.total_steps={args.steps}",
+          "--set", f"optimizer.warmup_steps={max(1, args.steps // 10)}"])
     # No --seed: the trainer's train.seed, so the baseline is exactly where pre-training started.
     _run([py, "-m", "electra.random_init", "--config", TINY, "--data", corpus, "--out", str(out / "random_init")])
     rows = {}
