@@ -18,13 +18,9 @@ from __future__ import annotations
 
 import argparse
 import logging
-import random
 import sys
 import tempfile
 from pathlib import Path
-
-import numpy as np
-import torch
 
 from common import storage
 from electra.config import ElectraConfig, load_config
@@ -53,12 +49,11 @@ def export_random_init(config: str | Path, corpus: str, out_dir: str | Path, *, 
     """Build the model from ``seed`` (default ``train.seed``) and export it with the corpus tokenizer."""
     from electra.hf_export import export_hf
     from electra.model import ElectraForPretraining
+    from electra.trainer import seed_everything
 
     cfg, info = random_init_config(config, corpus, overrides)
     seed = cfg.train.seed if seed is None else seed
-    random.seed(seed)  # the trainer's seeding, in its order, so the default seed gives its step 0
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
+    seed_everything(seed)  # the trainer's own seeding, so the default seed gives its step 0
     model = ElectraForPretraining(cfg.model)
     with tempfile.TemporaryDirectory(prefix="tokenizer-") as tok:
         for name in TOKENIZER_FILES:  # by name: a remote corpus cannot be listed
