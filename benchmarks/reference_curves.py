@@ -6,7 +6,7 @@ reference on a fixed subset of the real books, and compare a run against a refer
         --out tests/assets/curves/NAME.json
     # the tiny preset's reference on the fixed books corpus, end to end (build, train 3 seeds)
     .venv/bin/python benchmarks/reference_curves.py --tiny-books --work /work/cmp/C/tiny_books \
-        [--steps 100] [--seeds 42 1 2] --out tests/assets/curves/tiny_books.json
+        [--steps 300] [--seeds 42 1 2] --out tests/assets/curves/tiny_books.json
     # is a run within the band of a reference?
     .venv/bin/python benchmarks/reference_curves.py --check RUN_DIR --against tests/assets/curves/tiny_books.json
 
@@ -217,7 +217,10 @@ def measure_band(reference: list[dict], others: list[list[dict]]) -> dict:
 
 def check(points: list[dict], asset: dict) -> list[str]:
     """Violations (empty = within band) of train ``points`` against an asset with a ``band``; every
-    step of ``points`` must be in the reference."""
+    step of ``points`` must be in the reference, and a run without logged steps is a violation
+    (nothing compared is not "within band")."""
+    if not points:
+        return ["no logged train steps to compare (is the run's metrics.jsonl empty?)"]
     ref = {p["step"]: p for p in asset["train"]}
     bands = {m: asset["band"]["metrics"][m]["band"] for m in METRICS}
     bad = []
@@ -270,14 +273,16 @@ def main() -> None:
     p.add_argument("--name", help="curve name (--from-run)")
     p.add_argument("--out", type=Path, help="asset JSON to write")
     p.add_argument("--work", type=Path, help="--tiny-books: scratch directory (corpus, runs)")
-    p.add_argument("--steps", type=int, default=100, help="--tiny-books: steps per seed (of the 300 scheduled)")
+    p.add_argument("--steps", type=int, default=300, help="--tiny-books: steps per seed (of the 300 scheduled)")
     p.add_argument("--seeds", type=int, nargs="+", default=[42, 1, 2], help="--tiny-books: reference seed first")
     p.add_argument("--reuse", action="store_true", help="--tiny-books: keep a corpus/run already in --work")
     p.add_argument("--against", type=Path, help="--check: the reference asset")
     a = p.parse_args()
     if a.check:
-        bad = check(read_metrics(a.check)[0], json.loads(a.against.read_text()))
-        print("\n".join(bad) if bad else "within band")
+        points = read_metrics(a.check)[0]
+        bad = check(points, json.loads(a.against.read_text()))
+        print("\n".join(bad) if bad else
+              f"within band at all {len(points)} logged steps ({points[0]['step']}..{points[-1]['step']})")
         sys.exit(1 if bad else 0)
     if a.from_run:
         if not (a.name and a.out):

@@ -93,6 +93,10 @@ class ObjectiveConfig:
     generator_weight: float = 1.0
     discriminator_weight: float = 50.0
     disallow_correct: bool = False
+    # How the discriminator head's output bias starts: "zero" (the paper, with every other bias) or
+    # "prior" (the log-odds of mask_prob, the share of tokens replaced at the start). With a short
+    # warm-up a zero bias lets the discriminator collapse (electra/objective.py explains).
+    discriminator_bias_init: Literal["zero", "prior"] = "zero"
 
     def max_predictions_for(self, seq_len: int) -> int:
         if self.max_predictions is not None:

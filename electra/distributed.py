@@ -58,7 +58,8 @@ class DistInfo:
     local_rank: int
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A loopback port free at the time of the call (the OS picks it)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -70,7 +71,7 @@ def init_distributed() -> DistInfo:
 
     if "RANK" not in os.environ:
         os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
-                          MASTER_PORT=str(_free_port()))
+                          MASTER_PORT=str(free_port()))
     if not torch.cuda.is_available():
         build_shm_op_safely()
     deepspeed.init_distributed()

@@ -25,6 +25,23 @@ One step, exactly as docs/electra-reference.md §2 (and google-research/electra 
    integers, so no gradient flows from the discriminator loss into the generator network; the
    shared embedding block receives gradients from both losses, as in the paper.
 
+Discriminator bias at the prior (``discriminator_bias_init="prior"``, set in the CPU presets):
+at step 0 about ``mask_prob`` of the tokens are replaced (an untrained generator almost never
+samples the original), so a constant logit of ``log(p / (1 - p))`` is the best guess without
+looking at the input. With the paper's zero bias the first gradients all say "shift every logit
+down by 1.7", and Adam, which moves every weight by about ``lr`` whatever its gradient's size, does
+it through rank-one growth of the weights: a token-independent vector ten or more times larger
+than the token-dependent part enters each residual stream, and after LayerNorm every token's hidden
+state is the same vector (measured on the ``mini`` preset at lr 1e-3 after 40 steps: cosine 1.0
+between tokens). A collapsed discriminator gets no gradient that tells tokens apart and stays at
+the base rate (AUC 0.5) for thousands of steps, while the generator trains normally. The paper
+avoids this with a 10,000-step warm-up; a CPU-sized run cannot, so its presets start the bias
+where the network would otherwise drive it (the prior-probability initialisation of RetinaNet's
+classifier, Lin et al. 2017). The HF export carries the bias like any other weight. The prior
+fixes the start only: later, as the generator improves, the replaced share and with it the best
+constant logit drift, and at a high lr the discriminator can collapse again more slowly, so the
+CPU presets also keep the lr low (README, "ELECTRA vs MLM", has the measurements).
+
 ``kind="mlm"`` is the BERT baseline (dynamic masking as above, no NSP): the discriminator-sized
 encoder is trained as a masked LM through ``mlm_head``, a generator-style head of discriminator
 width tied to the shared word embeddings, owned by this module. The generator network and the
@@ -44,6 +61,7 @@ restores RNG state resumes the exact same masks and samples.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -194,6 +212,9 @@ class ElectraObjective(nn.Module):
         self.seq_len = seq_len
         self.max_predictions = cfg.max_predictions_for(seq_len)
         self.mlm_head: GeneratorHead | None = None
+        if cfg.kind == "electra" and cfg.discriminator_bias_init == "prior":
+            with torch.no_grad():
+                model.discriminator_head.dense_prediction.bias.fill_(math.log(cfg.mask_prob / (1 - cfg.mask_prob)))
         if cfg.kind == "mlm":
             mc = model.config
             self.mlm_head = GeneratorHead(hidden_size=mc.hidden_size, embedding_size=mc.embedding_size,

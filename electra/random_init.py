@@ -10,7 +10,8 @@ difference between the two rows, with nothing else changed.
 
 The weights are the trainer's own initialisation: the same config resolution (preset, ``--set``,
 the vocabulary size taken from the corpus) and the same seeding (``train.seed`` unless ``--seed``
-is given) before ``ElectraForPretraining`` is built. With the default seed the export therefore
+is given) before ``ElectraForPretraining`` and its objective are built (the objective sets the
+discriminator bias when the config asks for the prior). With the default seed the export therefore
 equals step 0 of a pre-training run of that config on that corpus, the exact starting point the
 pre-trained rows moved away from.
 """
@@ -49,12 +50,17 @@ def export_random_init(config: str | Path, corpus: str, out_dir: str | Path, *, 
     """Build the model from ``seed`` (default ``train.seed``) and export it with the corpus tokenizer."""
     from electra.hf_export import export_hf
     from electra.model import ElectraForPretraining
+    from electra.objective import ElectraObjective, SpecialTokens
     from electra.trainer import seed_everything
 
     cfg, info = random_init_config(config, corpus, overrides)
     seed = cfg.train.seed if seed is None else seed
     seed_everything(seed)  # the trainer's own seeding, so the default seed gives its step 0
     model = ElectraForPretraining(cfg.model)
+    # The objective owns part of the initialisation (the discriminator bias at the prior), as in
+    # the trainer, which builds it right after the model.
+    ElectraObjective(model, cfg.objective, SpecialTokens.from_manifest(info.manifest.tokenizer.special_tokens),
+                     cfg.data.seq_len)
     with tempfile.TemporaryDirectory(prefix="tokenizer-") as tok:
         for name in TOKENIZER_FILES:  # by name: a remote corpus cannot be listed
             try:

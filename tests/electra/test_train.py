@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import signal
 import subprocess
 import sys
@@ -18,6 +17,7 @@ import torch
 
 from electra import run_layout as layout
 from electra.deepspeed_states import checkpoint_state_dict
+from electra.distributed import free_port
 from electra.hf_export import export_checkpoint
 from electra.train import parse_args
 from electra.trainer import DEBUG_KEYS_ENV, KILL_AFTER_STEP_ENV, KILL_IN_CHECKPOINT_ENV, Trainer
@@ -177,7 +177,7 @@ TWO_RANK_FLAGS = ["--micro-batch", "2", "--save-every", "3", "--set", "train.glo
 
 
 def two_rank_cmd(data, out, max_steps):
-    launcher = ["--num_gpus", "2", "--master_port", str(29500 + random.Random().randint(1, 400))]
+    launcher = ["--num_gpus", "2", "--master_port", str(free_port())]
     return train_cmd(data, out, "--max-steps", str(max_steps), *TWO_RANK_FLAGS, launcher=launcher)
 
 
@@ -267,7 +267,7 @@ def test_launch_as_a_module_under_the_deepspeed_launcher(corpus, tmp_path):
     flags = ["--max-steps", "2", "--save-every", "1", "--micro-batch", "4", "--set", "train.global_batch_size=4",
              "--set", "train.eval_every=0"]
     launcher = [str(VENV_BIN / "deepspeed"), "--num_gpus", "1", "--master_port",
-                str(29500 + random.Random().randint(401, 800)), "--module", "electra.train"]
+                str(free_port()), "--module", "electra.train"]
     p = run([*launcher, *COMMON, "--data", str(corpus), "--out", str(out), *flags])
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     assert [d.name for d in layout.step_dirs(out)] == ["step_00000001", "step_00000002"]
