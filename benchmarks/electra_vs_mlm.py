@@ -195,8 +195,7 @@ def plan_mlm_steps(electra_meta: dict, f_electra: float, f_mlm: float) -> int:
     """MLM steps spending the FLOPs ELECTRA spent, at ELECTRA's measured tokens per step. Both runs
     read the same stream, so the tokens cancel: ``round(steps * f_electra / f_mlm)``; the budgets
     then differ only by the rounding and by the lengths of the extra batches MLM reads."""
-    tokens_per_step = electra_meta["tokens_seen"] / electra_meta["step"]
-    return max(1, round(electra_meta["tokens_seen"] * f_electra / (f_mlm * tokens_per_step)))
+    return max(1, round(electra_meta["step"] * f_electra / f_mlm))
 
 
 def compare(args) -> None:
