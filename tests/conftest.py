@@ -55,16 +55,15 @@ class S3Server:
 def s3_server(tmp_path_factory):
     """moto's S3 server on a free loopback port, with the standard AWS_* variables pointing at it
     for the whole session (so subprocesses and Ray workers started later inherit them)."""
-    import socket
     import subprocess
     import sys
     import time
     import urllib.request
 
     import moto  # noqa: F401  (a test dependency: without it the storage tests must fail, not skip)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+
+    from electra.distributed import free_port
+    port = free_port()
     log = open(tmp_path_factory.mktemp("moto") / "moto.log", "wb")
     proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
                             stdout=log, stderr=subprocess.STDOUT)

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import pytest
 
+from electra.distributed import free_port
+
 
 @pytest.fixture(scope="session")
 def prefect_harness():
@@ -10,14 +12,6 @@ def prefect_harness():
 
     with prefect_test_harness(server_startup_timeout=120):
         yield
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _kill_cluster(port: int) -> None:
@@ -51,7 +45,7 @@ def ray_cluster():
     from pathlib import Path
 
     ray = str(Path(sys.executable).parent / "ray")
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0", "RAY_USAGE_STATS_ENABLED": "0"}
     common = ["--node-ip-address=127.0.0.1", "--num-cpus=1", "--object-store-memory=400000000",
               "--disable-usage-stats"]

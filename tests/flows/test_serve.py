@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from electra.distributed import free_port
 from pipelines import schema, synthetic
 from tests.electra._corpus import write_tiny_corpus
 from tests.electra.finetune.glue_files import write_keyword_sst2
@@ -25,17 +25,11 @@ ROOT = Path(__file__).resolve().parents[2]
 PREFECT = str(ROOT / ".venv/bin/prefect")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     """serve.sh up (server, deployments, worker); yields (env, log path); Ctrl-C at the end."""
     tmp = tmp_path_factory.mktemp("serve")
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "PREFECT_HOME": str(tmp / "prefect_home"), "PREFECT_PORT": str(port),
            "PREFECT_API_URL": f"http://127.0.0.1:{port}/api", "ELECTRA_WORK_POOL": "electra-test"}
     log_path = tmp / "serve.log"
