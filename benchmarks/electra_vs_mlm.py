@@ -224,18 +224,35 @@ def compare(args) -> None:
         run([sys.executable, "-m", "electra.random_init", "--config", str(preset), "--data", str(args.corpus),
              "--out", str(random_dir), "--seed", str(args.seed), *[a for s in args.set for a in ("--set", s)]],
             args.out / "logs" / "random_init.log", args.threads)
-    rows = []
-    for kind in OBJECTIVES:
-        for step in plan["stages"][kind]:
+    setup = {"plan": plan, "finetune_flags": finetune_flags(args), "corpus": str(args.corpus),
+             "tasks": args.task_list, "seeds": args.seeds, "max_train_examples": args.max_train_examples}
+    table_order = [(kind, step) for kind in OBJECTIVES for step in plan["stages"][kind]] + [("random", 0)]
+    done: dict[tuple[str, int], dict] = {}
+    for kind, step in eval_order(plan["stages"]):
+        if kind == "random":
+            out = args.out / "eval" / "random_init"
+            evaluate(args, random_dir, out)
+            done[kind, step] = collect_row("random", 0, None, 0.0, out / "results.json")
+        else:
             ck = run_layout.step_dir(runs / kind, step)
             out = args.out / "eval" / f"{kind}_{ck.name}"
             evaluate(args, ck, out)
-            rows.append(collect_row(kind, step, read_meta(runs / kind, step), f[kind], out / "results.json"))
-    evaluate(args, random_dir, args.out / "eval" / "random_init")
-    rows.append(collect_row("random", 0, None, 0.0, args.out / "eval" / "random_init" / "results.json"))
-    setup = {"plan": plan, "finetune_flags": finetune_flags(args), "corpus": str(args.corpus),
-             "tasks": args.task_list, "seeds": args.seeds, "max_train_examples": args.max_train_examples}
-    print(write_report(args.out, rows, setup))
+            done[kind, step] = collect_row(kind, step, read_meta(runs / kind, step), f[kind], out / "results.json")
+        # the report after every fine-tuned checkpoint: an interrupted comparison keeps what it has
+        pending = [f"{k} step {s}" if k != "random" else "random init" for k, s in table_order if (k, s) not in done]
+        text = write_report(args.out, [done[u] for u in table_order if u in done], {**setup, "pending": pending})
+    print(text)
+
+
+def eval_order(stages: dict[str, list[int]]) -> list[tuple[str, int]]:
+    """The order checkpoints are fine-tuned in: both objectives' full budgets and the random
+    initialisation first (the headline comparison), then the earlier checkpoints, latest first.
+    Fine-tuning all of them takes longer than pre-training on a 2-core machine; an interrupted
+    run then already holds the rows that matter most."""
+    first = [(kind, stages[kind][-1]) for kind in OBJECTIVES] + [("random", 0)]
+    depth = max(len(s) for s in stages.values())
+    rest = [(kind, stages[kind][-1 - i]) for i in range(1, depth) for kind in OBJECTIVES if i < len(stages[kind])]
+    return first + rest
 
 
 def sweep(args) -> None:

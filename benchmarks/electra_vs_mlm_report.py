@@ -71,6 +71,7 @@ def plot(rows: list[dict], path: Path) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker  # noqa: F401  (matplotlib.ticker below)
 
     panels = sorted({t for r in rows for t in r["tasks"]}) + ["average"]
     cols = min(3, len(panels))
@@ -96,6 +97,9 @@ def plot(rows: list[dict], path: Path) -> None:
         ax.set_title(f"{panel} ({metric})")
         ax.set_xlabel("pre-training FLOPs")
         ax.set_xscale("log")
+        # plain labels: with points close together matplotlib's log labels overlap
+        ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:.3g}"))
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:.2g}"))
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(panels):]:
         ax.axis("off")
@@ -112,6 +116,9 @@ def write_report(out: Path, rows: list[dict], setup: dict) -> str:
     caps = setup.get("max_train_examples")
     note = (f"Median [min, max] over {setup.get('seeds')} fine-tuning seeds; training examples per task capped at "
             f"{caps or 'none'}; fine-tuning flags: `{' '.join(setup.get('finetune_flags', []))}`")
+    if setup.get("pending"):
+        note += ("\n\nNot fine-tuned yet (rerun the same command to finish them): "
+                 + ", ".join(setup["pending"]) + ".")
     (out / "table.md").write_text(text + "\n\n" + note + "\n")
     plot(rows, out / "score_vs_flops.png")
     return text + "\n\n" + note

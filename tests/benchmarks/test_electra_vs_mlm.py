@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks.electra_vs_mlm import checkpoint_steps
+from benchmarks.electra_vs_mlm import checkpoint_steps, eval_order
 from benchmarks.electra_vs_mlm_report import collect_row, write_report
 from electra.trainer import DEBUG_KEYS_ENV
 from tests._procs import run_in_group
@@ -187,3 +187,22 @@ def test_average_band_contains_its_centre(tmp_path):
     assert math.isclose(row["average"]["median"], 20 / 3)
     write_report(tmp_path, [row], {"seeds": 3, "max_train_examples": 0, "finetune_flags": []})
     assert (tmp_path / "score_vs_flops.png").is_file()
+
+
+def test_headline_rows_are_fine_tuned_first():
+    stages = {"electra": [500, 1000, 2000], "mlm": [534, 1067, 2134]}
+    assert eval_order(stages) == [("electra", 2000), ("mlm", 2134), ("random", 0), ("electra", 1000),
+                                  ("mlm", 1067), ("electra", 500), ("mlm", 534)]
+    assert eval_order({"electra": [40], "mlm": [43]}) == [("electra", 40), ("mlm", 43), ("random", 0)]
+    every = eval_order(stages)
+    assert len(every) == len(set(every)) == 7  # each checkpoint once
+
+
+def test_a_partial_report_names_what_is_pending(tmp_path):
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(_results({"SST-2": [50.0, 60.0]}, {"SST-2": "accuracy"})))
+    row = collect_row("electra", 2000, {"tokens_seen": 10, "wall_time": 1.0}, 1.0, path)
+    text = write_report(tmp_path, [row], {"seeds": 2, "finetune_flags": [], "pending": ["mlm step 2134", "random init"]})
+    assert "Not fine-tuned yet (rerun the same command to finish them): mlm step 2134, random init." in text
+    assert "Not fine-tuned yet" in (tmp_path / "table.md").read_text()
+    assert "Not fine-tuned yet" not in write_report(tmp_path, [row], {"seeds": 2, "finetune_flags": [], "pending": []})
