@@ -32,6 +32,7 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from electra.corpus import check_shards, open_corpus, read_shard  # noqa: E402
+from pipelines import schema  # noqa: E402
 
 
 def plug_in_entropy(counts: np.ndarray) -> float:
@@ -50,7 +51,9 @@ def binary_entropy(p: float) -> float:
 
 def corpus_floors(corpus: str, split: str = "train") -> dict:
     """Unigram entropy, bigram conditional entropy H(next | previous) and counts of ``split``."""
-    info = open_corpus(corpus, seq_len=_seq_len(corpus))
+    # open_corpus checks seq_len against a config; here the manifest's own value is the one to pass
+    manifest = schema.Manifest.parse(schema.read_manifest_bytes(corpus), corpus)
+    info = open_corpus(corpus, seq_len=manifest.seq_len)
     special = np.array(sorted(info.manifest.tokenizer.special_tokens.values()), np.int64)
     vocab = info.vocab_size
     unigram = np.zeros(vocab, np.int64)
@@ -74,12 +77,6 @@ def corpus_floors(corpus: str, split: str = "train") -> dict:
     return {"split": split, "tokens": int(unigram.sum()), "pairs": int(len(codes)),
             "types": int((unigram > 0).sum()), "unigram_entropy": plug_in_entropy(unigram),
             "bigram_conditional_entropy": plug_in_entropy(pair_counts) - plug_in_entropy(first)}
-
-
-def _seq_len(corpus: str) -> int:
-    from pipelines import schema  # the manifest's own seq_len: any run of this corpus uses it
-
-    return schema.Manifest.parse(schema.read_manifest_bytes(corpus), corpus).seq_len
 
 
 def run_gaps(run_dir: str | Path, floors: dict) -> list[dict]:

@@ -71,7 +71,7 @@ def plot(rows: list[dict], path: Path) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    import matplotlib.ticker  # noqa: F401  (matplotlib.ticker below)
+    from matplotlib.ticker import FuncFormatter
 
     panels = sorted({t for r in rows for t in r["tasks"]}) + ["average"]
     cols = min(3, len(panels))
@@ -98,8 +98,8 @@ def plot(rows: list[dict], path: Path) -> None:
         ax.set_xlabel("pre-training FLOPs")
         ax.set_xscale("log")
         # plain labels: with points close together matplotlib's log labels overlap
-        ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:.3g}"))
-        ax.xaxis.set_minor_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:.2g}"))
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.3g}"))
+        ax.xaxis.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:.2g}"))
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(panels):]:
         ax.axis("off")
