@@ -7,8 +7,8 @@ any model memorises six adjectives from 600 examples. This one cannot be memoris
 * The language has two latent classes of adjectives (``POSITIVE`` / ``NEGATIVE``, real English
   words that the base grammar of ``pipelines.synthetic`` never uses). Nothing in a single word
   says which class it belongs to; only the corpus does. A fraction of the corpus's sentences are
-  *class sentences*: two adjectives of the same class side by side, next to the companion nouns
-  and verbs of that class ("the cheerful festival was splendid and merry"). Every class word,
+  *class sentences*: two adjectives of the same class side by side, next to the companion noun
+  and verb of that class ("the cheerful festival was splendid and merry"). Every class word,
   including the ones the task holds out, appears in the corpus in such class-consistent contexts.
 * The fine-tuning task (SST-2 format, ``sentence\\tlabel``) is a neutral grammar sentence holding
   exactly one class word and none of the companions; its label is the word's class. The class
@@ -18,10 +18,11 @@ any model memorises six adjectives from 600 examples. This one cannot be memoris
 A randomly initialised model can fit the training words, but the held-out words' embeddings are
 random vectors it never saw a label for, so its dev accuracy stays near chance (the spread over
 seeds is the luck of where those random vectors fall). Pre-training, once it has run long
-enough to learn the class contexts, places each held-out word near its class: the generator's masked-word prediction must guess a masked class word from its
-same-class neighbour, and the discriminator must spot a word of the wrong class, so the shared
-embeddings and the contextual features separate the classes. A classifier fitted on the training
-half then carries over to the held-out half. The difference between the two fine-tuned scores is
+enough to learn the class contexts, places each held-out word near its class: the generator's
+masked-word prediction must guess a masked class word from its same-class neighbour and
+companions, and the discriminator must spot a word of the wrong class, so the shared embeddings
+and the contextual features separate the classes. A classifier fitted on the training half then
+carries over to the held-out half. The difference between the two fine-tuned scores is
 what pre-training bought; the split is drawn from a seed so the test can check it is disjoint.
 
 Trade-offs: the classes are planted, not learned from real text, so the demo shows the mechanism
@@ -47,16 +48,13 @@ NEGATIVE = (
 CLASSES = (NEGATIVE, POSITIVE)  # index = label: 0 negative, 1 positive
 CLASS_OF = {w: label for label, words in enumerate(CLASSES) for w in words}
 
-# Companions: the nouns and verbs each class keeps company with in the corpus. They never occur
-# in the task, so the task's only clue is the class word itself.
-_COMPANION_NOUNS = (
-    "funeral storm famine quarrel ruin debt plague prison swamp grave".split(),
-    "festival wedding feast reunion victory harvest holiday concert picnic garland".split(),
-)
-_COMPANION_VERBS = (
-    "mourned feared cursed dreaded lamented".split(),
-    "praised welcomed cherished admired enjoyed".split(),
-)
+# Companions: the noun and verb each class keeps company with in the corpus. They never occur in
+# the task, so the task's only clue is the class word itself. One of each per class: a signal
+# shared by every class sentence is one a small model picks up within the demo's budget, while ten
+# nouns and five verbs per class (each itself a word whose class must first be learned) left the
+# tiny model's generator without any class preference after 3,000 steps.
+_COMPANION_NOUNS = (["funeral"], ["festival"])
+_COMPANION_VERBS = (["mourned"], ["praised"])
 COMPANIONS = frozenset(w for group in _COMPANION_NOUNS + _COMPANION_VERBS for w in group)
 
 
