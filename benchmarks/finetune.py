@@ -48,9 +48,10 @@ from electra.config import load_config
 from electra.finetune import glue_tasks
 from electra.finetune.finetune import encode_pairs, load_model
 from electra.finetune.heads import SequenceHead, sequence_loss
-from electra.finetune.loop import (cpu_features, load_tokenizer, lr_multiplier, pad_batch, predict,
+from electra.finetune.loop import (load_tokenizer, lr_multiplier, pad_batch, predict,
                                    resolve_device, resolve_precision, train)
 from electra.finetune.recipe import recipe_for_size
+from electra.hardware import cpu_features, cpu_kind
 from electra.hf_export import export_hf
 from electra.model import ElectraForPretraining
 
@@ -169,8 +170,7 @@ def main() -> None:
     device = resolve_device(recipe)
     precision = resolve_precision(recipe, device)
     feats = sorted(cpu_features())
-    kind = "AMX" if "AMX_BF16" in feats else ("AVX512-BF16" if "AVX512_BF16" in feats else
-                                             f"{torch.backends.cpu.get_cpu_capability()}-only")
+    kind = cpu_kind(set(feats))
     print(f"torch {torch.__version__}; CPU {platform.processor() or platform.machine()} "
           f"features {feats} -> {kind}; device {device}; threads {torch.get_num_threads()}; "
           f"precision {args.precision} -> {precision}", flush=True)

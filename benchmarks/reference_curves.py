@@ -15,7 +15,7 @@ reference on a fixed subset of the real books, and compare a run against a refer
 ``eval_*`` fields. **Provenance**: the command, the git commit (``+dirty`` when the tree has
 changes), the run's ``config.json`` and its sha256, the corpus identity from the newest checkpoint's
 ``meta.json`` (``manifest_sha256``, ``tokenizer_sha256``, ``data_sha256``), the CPU kind (``AMX`` /
-``AVX512`` / ``AVX2`` from ``/proc/cpuinfo`` flags: the matmul kernels, hence the fp32 rounding,
+``AVX512`` / ``AVX2``, ``electra.hardware.cpu_kind``: the matmul kernels, hence the fp32 rounding,
 differ between them), the torch version and the date.
 
 **Fixed corpus.** Five named Gutenberg books (``BOOKS``, smallest of the 58, 1.4 MB) through the
@@ -43,7 +43,6 @@ import datetime
 import hashlib
 import json
 import os
-import platform
 import shlex
 import signal
 import statistics
@@ -56,6 +55,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from electra import run_layout  # noqa: E402
+from electra.hardware import cpu_kind  # noqa: E402
 
 GUTENBERG = REPO.parent / "shared" / "data" / "corpus" / "gutenberg"
 BOOKS = ("pg14474.txt", "pg23.txt", "pg5827.txt", "pg1232.txt", "pg575.txt")  # order is part of the recipe
@@ -126,18 +126,6 @@ def run_trainer(cmd: list[str], log: Path) -> None:
         proc = subprocess.run(cmd, cwd=REPO, stdout=f, stderr=subprocess.STDOUT)
     if proc.returncode != 0:
         raise RuntimeError(f"trainer failed ({proc.returncode}), log {log}:\n{log.read_text()[-3000:]}")
-
-
-def cpu_kind() -> str:
-    """AMX / AVX512 / AVX2 / other from ``/proc/cpuinfo`` flags (other platforms: the machine name)."""
-    try:
-        flags = next(l for l in Path("/proc/cpuinfo").read_text().splitlines() if l.startswith("flags")).split()
-    except (OSError, StopIteration):
-        return platform.machine()
-    for flag, kind in (("amx_tile", "AMX"), ("avx512f", "AVX512"), ("avx2", "AVX2")):
-        if flag in flags:
-            return kind
-    return platform.machine()
 
 
 def git_commit() -> str:

@@ -46,6 +46,7 @@ import torch
 import torch.distributed as dist
 
 from electra.config import ElectraConfig
+from electra.hardware import cpu_features, native_bf16
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -113,20 +114,14 @@ FORCE_BF16_ENV = "ELECTRA_FORCE_BF16"  # tests: keep bf16 on a CPU without nativ
 
 def effective_precision(precision: str) -> str:
     """The precision to train in here: as configured on GPUs; on a CPU, bf16 only where the CPU
-    has native bf16 matrix units (AMX or AVX512-BF16), else fp32. Without them bf16 matmuls run
-    through slow fallbacks (measured on this project's AVX2-only EPYC: a 512x256x1024 matmul
-    takes 730 ms in bf16 vs 40 ms in fp32, and an ELECTRA-Small step ~12x longer), and fp16 has
-    no CPU path in DeepSpeed."""
+    has native bf16 matrix units (AMX or AVX512-BF16, see ``electra.hardware``), else fp32:
+    without them bf16 matmuls run through slow fallbacks (README: Figures), and fp16 has no CPU
+    path in DeepSpeed."""
     if precision == "fp32" or torch.cuda.is_available():
         return precision
     if precision == "bf16" and os.environ.get(FORCE_BF16_ENV) == "1":
         return precision
-    try:
-        flags = open("/proc/cpuinfo").read()
-    except OSError:
-        flags = ""
-    native_bf16 = "amx_bf16" in flags or "avx512_bf16" in flags
-    return "bf16" if precision == "bf16" and native_bf16 else "fp32"
+    return "bf16" if precision == "bf16" and native_bf16("cpu", features=cpu_features()) else "fp32"
 
 
 def deepspeed_config(cfg: ElectraConfig, world_size: int) -> dict:

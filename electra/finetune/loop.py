@@ -3,7 +3,8 @@
 One code path for the CPU and the GPU: the device is picked once (``recipe.device``), tensors
 move to it per batch, bf16 autocast is optional on both. ``recipe.precision = "auto"``
 (``resolve_precision``) picks bf16 only where the hardware has native bf16 matrix units: a CUDA
-GPU with ``torch.cuda.is_bf16_supported()``, or a CPU with AMX or AVX512-BF16; anywhere else
+GPU with ``torch.cuda.is_bf16_supported()``, or a CPU with AMX or AVX512-BF16
+(``electra.hardware``, the same answer pre-training gets); anywhere else
 bf16 matmuls run through slow emulation, so it stays fp32. An explicit "fp32"/"bf16" is kept.
 The resolved precision is returned in ``TrainStats.precision``. With ``recipe.deepspeed`` the same model,
 optimiser and schedule are handed to a single-process DeepSpeed engine (``engine.backward`` /
@@ -43,6 +44,7 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
+from ..hardware import cpu_features, native_bf16
 from .heads import FinetuneModel
 from .recipe import FinetuneRecipe, param_groups
 
@@ -89,30 +91,6 @@ def pad_batch(rows: Sequence[Sequence[int]], segs: Sequence[Sequence[int]], *,
 def lr_multiplier(step: int, *, total_steps: int, warmup_steps: int) -> float:
     warm = min(1.0, step / warmup_steps) if warmup_steps > 0 else 1.0
     return warm * max(0.0, 1.0 - step / max(1, total_steps))
-
-
-# CPU features (see ``cpu_features``) with native bf16 matrix units
-BF16_CPU_FEATURES = frozenset({"AMX_BF16", "AVX512_BF16"})
-
-
-def cpu_features() -> set[str]:
-    """``torch.backends.cpu.get_cpu_capability()`` (e.g. "AVX2", "AVX512"; it never names bf16
-    units) plus "AMX_BF16" / "AVX512_BF16" when torch's CPU probes find them."""
-    feats = {torch.backends.cpu.get_cpu_capability()}
-    probes = {"AMX_BF16": "_is_amx_tile_supported", "AVX512_BF16": "_is_avx512_bf16_supported"}
-    for name, probe in probes.items():
-        fn = getattr(torch.cpu, probe, None)
-        if fn is not None and fn():
-            feats.add(name)
-    return feats
-
-
-def native_bf16(device_type: str, *, cuda_bf16: bool = False,
-                features: set[str] | frozenset[str] = frozenset()) -> bool:
-    """Whether bf16 runs natively: CUDA with bf16 support, or a CPU with AMX / AVX512-BF16."""
-    if device_type == "cuda":
-        return cuda_bf16
-    return device_type == "cpu" and bool(BF16_CPU_FEATURES & set(features))
 
 
 def resolve_precision(recipe: FinetuneRecipe, device: torch.device) -> str:

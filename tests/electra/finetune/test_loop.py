@@ -10,9 +10,9 @@ import torch
 from common.config import ConfigError
 from electra.config import ModelConfig
 from electra.finetune.heads import FinetuneModel, SequenceHead, SpanHead
-from electra.finetune.loop import (cpu_features, epoch_batches, native_bf16, predict,
-                                   resolve_precision, seed_everything, train)
+from electra.finetune.loop import epoch_batches, predict, resolve_precision, seed_everything, train
 from electra.finetune.recipe import FinetuneRecipe
+from electra.hardware import cpu_features
 from electra.model import ElectraEmbeddings, build_encoder
 
 # lengths with a realistic spread (GLUE-like: many short rows, a long tail)
@@ -73,16 +73,6 @@ def test_bad_bucket_count_is_an_error():
         FinetuneRecipe.from_dict({"precision": "fp16"})
     assert FinetuneRecipe.from_dict({"length_buckets": 1}).length_buckets == 1
     assert (FinetuneRecipe().precision, FinetuneRecipe().length_buckets) == ("auto", 50)
-
-
-def test_native_bf16_mapping():
-    assert native_bf16("cpu", features={"AVX2"}) is False
-    assert native_bf16("cpu", features={"AVX512"}) is False
-    assert native_bf16("cpu", features={"AVX512", "AVX512_BF16"}) is True
-    assert native_bf16("cpu", features={"AVX512", "AMX_BF16"}) is True
-    assert native_bf16("cuda", cuda_bf16=True) is True
-    assert native_bf16("cuda", cuda_bf16=False, features={"AMX_BF16"}) is False
-    assert native_bf16("mps", features={"AMX_BF16"}) is False
 
 
 def test_resolve_precision_here():
