@@ -71,12 +71,13 @@ def plot(rows: list[dict], path: Path) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import FuncFormatter
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
 
     panels = sorted({t for r in rows for t in r["tasks"]}) + ["average"]
     cols = min(3, len(panels))
     nrows = (len(panels) + cols - 1) // cols
     fig, axes = plt.subplots(nrows, cols, figsize=(5 * cols, 3.6 * nrows), squeeze=False)
+    budgets = sorted({r["flops"] for r in rows if r["flops"]})
     for ax, panel in zip(axes.flat, panels):
         def stat(r):
             return r["average"] if panel == "average" else r["tasks"].get(panel)
@@ -97,9 +98,10 @@ def plot(rows: list[dict], path: Path) -> None:
         ax.set_title(f"{panel} ({metric})")
         ax.set_xlabel("pre-training FLOPs")
         ax.set_xscale("log")
-        # plain labels: with points close together matplotlib's log labels overlap
-        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.3g}"))
-        ax.xaxis.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:.2g}"))
+        # ticks at the checkpoints' budgets only: log-axis labels at every 1e13 overlap
+        ax.xaxis.set_major_locator(FixedLocator(budgets))
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.2g}"))
+        ax.xaxis.set_minor_formatter(NullFormatter())
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(panels):]:
         ax.axis("off")
