@@ -169,8 +169,8 @@ def main() -> None:
                              length_buckets=args.length_buckets, eval_batch_size=128)
     device = resolve_device(recipe)
     precision = resolve_precision(recipe, device)
-    feats = sorted(cpu_features())
-    kind = cpu_kind(set(feats))
+    features = cpu_features()
+    feats, kind = sorted(features), cpu_kind(features)
     print(f"torch {torch.__version__}; CPU {platform.processor() or platform.machine()} "
           f"features {feats} -> {kind}; device {device}; threads {torch.get_num_threads()}; "
           f"precision {args.precision} -> {precision}", flush=True)
