@@ -4,7 +4,7 @@
    same text (goal >= 0.8x);
 2. filter blocks (``corpus_filters``) vs datatrove's Gopher/C4/FineWeb filters on the same mix
    of prose and web junk, one core (goal >= 1x), with the mix's keep/drop rates;
-3. MinHash signatures (``pipelines.minhash``) vs a ``datasketch`` ``update_batch`` loop, one core
+3. MinHash signatures (``pipelines.dedup.minhash``) vs a ``datasketch`` ``update_batch`` loop, one core
    (goals >= 5x and >= 0.8 MB/s per core);
 4. the whole pipeline (ingest → filter → exact + near dedup → tokenizer → pack → shard; the
    tokenizer is trained once beforehand so both runs pack with the same one) on Ray Data with 1
@@ -34,7 +34,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks import corpus_filters, corpus_minhash, corpus_pack, corpus_pipeline  # noqa: E402
-from pipelines import synthetic  # noqa: E402
+from synthetic import prose  # noqa: E402
 
 BOOKS = Path(__file__).resolve().parents[2] / "shared" / "data" / "corpus"
 
@@ -76,9 +76,9 @@ def main() -> int:
             print(f"minhash {r['minhash_mb_s']:.2f} MB/s vs datasketch {r['datasketch_mb_s']:.2f} MB/s"
                   f" -> {r['ratio']:.2f}x (goals >= 5x, >= 0.8 MB/s/core)", flush=True)
         if "filters" not in skip:
-            from pipelines import web_junk
+            from synthetic import web_junk
 
-            results["filters"] = corpus_filters.run(web_junk.mix(400, 50, seed=0))
+            results["filters"] = corpus_filters.run(web_junk.mix(400, 50, seed=0, books=BOOKS / "gutenberg"))
             corpus_filters.report(results["filters"])
         if "pipeline" not in skip:
             if args.corpus:
@@ -89,7 +89,7 @@ def main() -> int:
                 profile = args.profile or "books"
             else:
                 n_docs = int(len(texts) * args.pipeline_mb / args.mb)
-                raw = synthetic.write_corpus(tmp / "raw", num_docs=n_docs, seed=5, num_files=16, bad_files=False)
+                raw = prose.write_corpus(tmp / "raw", num_docs=n_docs, seed=5, num_files=16, bad_files=False)
                 pipe_tok = tok_json
                 profile = args.profile or "web"
             disk_mb = sum(f.stat().st_size for f in raw.rglob("*") if f.is_file()) / 1e6

@@ -1,6 +1,6 @@
 """Filter-stage throughput: our filter blocks vs datatrove's filters on the same documents.
 
-Both sides get the same documents (the labelled mix of ``pipelines.web_junk``: book prose and web
+Both sides get the same documents (the labelled mix of ``synthetic.web_junk``: book prose and web
 junk, normalised once beforehand) and the same thresholds (datatrove's defaults, which are ours),
 and run on one core in one process. datatrove runs GopherQualityFilter, GopherRepetitionFilter,
 C4QualityFilter and FineWebQualityFilter in that order, each on the documents the previous one
@@ -29,6 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from pipelines.config import C4Config, FilterConfig, FineWebConfig  # noqa: E402
 from pipelines.filters import Doc, build_blocks, normalize_text, run_blocks  # noqa: E402
 from pipelines.filters.text import sentence_spans  # noqa: E402
+
+BOOKS = Path(__file__).resolve().parents[2] / "shared" / "data" / "corpus" / "gutenberg"
 
 DATATROVE_BLOCKS = ["gopher_quality", "gopher_repetition", "c4", "fineweb"]
 
@@ -176,14 +178,16 @@ def report(r: dict) -> None:
 
 
 def main() -> None:
-    from pipelines import web_junk
+    from synthetic import web_junk
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--clean", type=int, default=400, help="clean prose documents in the mix")
     p.add_argument("--per-kind", type=int, default=50, help="junk documents of each kind")
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--books", default=str(BOOKS), help="folder of Gutenberg books for the clean side "
+                                                    "(default: the shared books; synthetic prose when absent)")
     args = p.parse_args()
-    r = run(web_junk.mix(args.clean, args.per_kind, seed=0), repeats=args.repeats)
+    r = run(web_junk.mix(args.clean, args.per_kind, seed=0, books=Path(args.books)), repeats=args.repeats)
     report(r)
     print(json.dumps(r, indent=1))
 

@@ -1,9 +1,9 @@
-"""MinHash signature throughput: ``pipelines.minhash`` vs a ``datasketch`` loop, one core.
+"""MinHash signature throughput: ``pipelines.dedup.minhash`` vs a ``datasketch`` loop, one core.
 
 Both sides compute 112 permutations (14 bands x 8 rows) over word 5-grams of the same documents:
 
 * ours: ``minhash_signatures`` on batches of documents (as one Ray Data batch would be), with
-  the default kernel (``pipelines.minhash.BACKEND``: numba when installed, else numpy), warmed
+  the default kernel (``pipelines.dedup.minhash.BACKEND``: numba when installed, else numpy), warmed
   up (JIT compile) before timing;
 * baseline: per document ``MinHash(num_perm=112).update_batch`` over the UTF-8 encoded 5-grams
   (``" ".join(words[i:i+5])``), which is how datasketch is normally used.
@@ -14,7 +14,7 @@ Goals from the issue: ours >= 5x the baseline and >= 0.8 MB/s on one core.
     python -m benchmarks.corpus_minhash [--input FILE] [--mb 8] [--repeats 2]
 
 ``--input`` reads blank-line-separated documents from a text file; without it, English-like
-text comes from ``pipelines.synthetic``. ``run(texts)`` is what ``benchmarks/corpus.py`` calls.
+text comes from ``synthetic.prose``. ``run(texts)`` is what ``benchmarks/corpus.py`` calls.
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from pipelines.config import DedupConfig  # noqa: E402
-from pipelines.minhash import BACKEND, minhash_signatures  # noqa: E402
+from pipelines.dedup.minhash import BACKEND, minhash_signatures  # noqa: E402
 
 GOAL_RATIO = 5.0
 GOAL_MB_S_PER_CORE = 0.8
@@ -85,12 +85,12 @@ def load_texts(path: str | None, mb: float, seed: int = 0) -> list[str]:
         docs = [d.strip() for d in Path(path).read_text(encoding="utf-8").split("\n\n")]
         docs = [d for d in docs if d]
     else:
-        from pipelines import synthetic
+        from synthetic import prose
         import random
 
         rng, docs, size = random.Random(seed), [], 0
         while size < mb * 1e6:
-            docs.append(synthetic.document(rng))
+            docs.append(prose.document(rng))
             size += len(docs[-1]) + 1
     out, size = [], 0
     for d in docs:

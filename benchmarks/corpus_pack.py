@@ -9,7 +9,7 @@ and builds the int32/uint8 output arrays. Both run in this process, interleaved,
 
     python -m benchmarks.corpus_pack [--input FILE] [--mb 8] [--seq-len 128]
 
-Without ``--input`` the text is generated (``pipelines.synthetic``); a 30522-vocab WordPiece
+Without ``--input`` the text is generated (``synthetic.prose``); a 30522-vocab WordPiece
 is trained on it first (not timed).
 """
 from __future__ import annotations
@@ -83,7 +83,7 @@ def _texts(args: argparse.Namespace) -> list[str]:
     if args.input:
         raw = Path(args.input).read_text(encoding="utf-8", errors="replace")
         return [d for d in raw.split("\n\n") if d.strip()]
-    from pipelines.synthetic import documents
+    from synthetic.prose import documents
 
     out, size, seed = [], 0, 0
     while size < args.mb * 1e6:

@@ -29,9 +29,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from common import storage  # noqa: E402
-from pipelines import raydata, schema  # noqa: E402
+from pipelines import schema  # noqa: E402
+from pipelines.engine import raydata
 from pipelines.config import CorpusConfig  # noqa: E402
-from pipelines.runner import CorpusBuild  # noqa: E402
+from pipelines.engine.runner import CorpusBuild  # noqa: E402
 
 
 def v1_bytes(corpus: str, manifest: schema.Manifest) -> int:

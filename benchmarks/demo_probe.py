@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/demo_probe.py --glue demo_out/glue demo_out/run/hf demo_out/random_init
 
-The demo's task (``pipelines.synthetic_task``) labels a sentence by the class of its one class
+The demo's task (``synthetic.class_task``) labels a sentence by the class of its one class
 word, and its dev split uses only words the training split never shows. Fine-tuning can only
 carry a classifier over to those words when pre-training has already encoded their class:
 
@@ -30,7 +30,7 @@ import torch
 if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pipelines import synthetic_task as st  # noqa: E402
+from synthetic import class_task as st  # noqa: E402
 
 
 def generator_class_share(folder: str, *, sentences: int = 200, seed: int = 5) -> float:

@@ -35,7 +35,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 READ_ONLY = ("http", "https")
 # Environment variables that tell a client library where a store is and who we are; a Ray
-# cluster's workers get the driver's values (pipelines.raydata.init_ray).
+# cluster's workers get the driver's values (pipelines.engine.raydata.init_ray).
 STORE_ENV = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
              "AWS_SESSION_TOKEN", "AWS_DEFAULT_REGION", "AWS_REGION", "GOOGLE_APPLICATION_CREDENTIALS")
 _NO_LISTING_CACHE = {"s3": {"use_listings_cache": False}, "gs": {"use_listings_cache": False},

@@ -1,6 +1,6 @@
 """Prefect flow ``build-corpus``: raw text → WebDataset shards + manifest, one task per stage.
 
-The flow only orders :mod:`pipelines.runner`'s plan: one Prefect task per stage of the stage
+The flow only orders :mod:`pipelines.engine.runner`'s plan: one Prefect task per stage of the stage
 table (with that stage's retries), then ``publish``, then a markdown artifact with each stage's
 statistics. Caching, resume after a kill and pruning are the runner's; the flow holds no
 business logic.
@@ -22,9 +22,9 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NONE
 
 from common import config as strict
-from pipelines import raydata
+from pipelines.engine import raydata
 from pipelines.config import CorpusConfig
-from pipelines.runner import CorpusBuild
+from pipelines.engine.runner import CorpusBuild
 
 _task = dict(cache_policy=NONE, persist_result=False)
 

@@ -3,7 +3,7 @@
 1. generate a raw corpus (mixed formats, planted duplicates, a few bad files) whose sentences
    carry two latent classes of words, and a GLUE-format task (SST-2 layout) whose label is the
    class of the one class word in a sentence; the dev split uses only class words that the
-   training split never shows (``pipelines.synthetic_task`` explains why only pre-training can
+   training split never shows (``synthetic.class_task`` explains why only pre-training can
    place them). Nothing is downloaded;
 2. build-corpus → WebDataset shards + manifest, in sentence-scale examples of 32 tokens;
 3. pre-train the `tiny` preset with the demo's recipe (``PRETRAIN`` below) with the real trainer
@@ -29,7 +29,9 @@ import sys
 import time
 from pathlib import Path
 
-from pipelines import synthetic, synthetic_task
+from synthetic import prose
+
+from synthetic import class_task
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = "electra/configs/tiny.json"
@@ -90,10 +92,10 @@ def main(argv: list[str] | None = None) -> int:
         if stale.exists():                     # run would resume on a rebuilt corpus and refuse it
             print(f"removing the previous demo's {stale}", flush=True)
             shutil.rmtree(stale)
-    raw = synthetic.write_corpus(out / "raw", seed=0, docs=synthetic_task.classed_documents(
+    raw = prose.write_corpus(out / "raw", seed=0, docs=class_task.classed_documents(
         args.docs, seed=0, fraction=args.class_fraction))
     glue = out / "glue"
-    synthetic_task.write_class_task(glue, seed=1)
+    class_task.write_class_task(glue, seed=1)
 
     py = sys.executable
     corpus = str(out / "corpus")

@@ -27,7 +27,7 @@ def ray_local(s3_server):
         # address="local": never attach to a cluster another test started with `ray start`.
         ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
                  configure_logging=False)
-    from pipelines.raydata import configure_data_context
+    from pipelines.engine.raydata import configure_data_context
 
     configure_data_context()
     yield ray

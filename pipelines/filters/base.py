@@ -16,7 +16,7 @@ for nothing.
 ``filter_batch`` is the filter stage's map function: it normalises every row that ingestion did
 not already reject, runs the blocks, sets ``reason``/``detail`` on drops and writes the detected
 language in a ``language`` column ("" where the language block did not run), which
-``pipelines.parts`` counts per language and removes before writing. An empty document after
+``pipelines.engine.parts`` counts per language and removes before writing. An empty document after
 normalisation is always dropped (``filter:empty``), whatever the blocks.
 """
 from __future__ import annotations

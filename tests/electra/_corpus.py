@@ -23,7 +23,7 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers,
 from common import storage
 from common.hashing import sha256_bytes
 from pipelines import schema
-from pipelines.synthetic import sentence
+from synthetic.prose import sentence
 
 SPECIALS = {"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3, "[MASK]": 4}
 GENERATION = "g0"

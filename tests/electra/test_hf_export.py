@@ -11,7 +11,7 @@ from electra.config import ModelConfig
 from electra.hf_export import encoder_from_hf, encoder_to_hf, export_hf, import_hf, load_discriminator_encoder
 from electra.model import ElectraForPretraining
 from pipelines.config import TokenizerConfig
-from pipelines.synthetic import documents
+from synthetic.prose import documents
 from pipelines.tokenizer import train_tokenizer
 from tests.pipelines.test_tokenizer import HF_CLASSES, check_hf_class
 

@@ -20,7 +20,8 @@ import zstandard
 
 from common.config import ConfigError
 from flows.build_corpus import build_corpus, corpus_config
-from pipelines import schema, synthetic
+from pipelines import schema
+from synthetic import prose
 from pipelines.config import FilterConfig
 from pipelines.filters import normalize_text
 from pipelines.ingest import SourceError
@@ -33,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory, ray_local, prefect_harness):
-    raw = synthetic.write_corpus(tmp_path_factory.mktemp("raw"), num_docs=NUM_DOCS, seed=3)
+    raw = prose.write_corpus(tmp_path_factory.mktemp("raw"), num_docs=NUM_DOCS, seed=3)
     out = tmp_path_factory.mktemp("corpus")
     manifest = build_corpus(source=[str(raw)], out=str(out), seq_len=64, validation_fraction=0.1,
                             seed=7, config=FLOW_CONFIG, keep_cache=True)
@@ -115,7 +116,7 @@ def test_bad_input_is_counted_and_quarantined(corpus):
 
 def test_every_good_document_survives_exactly_once(corpus):
     _, out, manifest = corpus
-    originals = {normalize_text(d, FilterConfig()) for d in synthetic.documents(NUM_DOCS, seed=3)}
+    originals = {normalize_text(d, FilterConfig()) for d in prose.documents(NUM_DOCS, seed=3)}
     near = [p for p in (out / schema.WORK_DIR).iterdir() if p.name.startswith("near_dedup-")]
     assert len(near) == 1  # keep_cache: the stage's documents are still there
     kept_rows = pq.read_table(near[0] / "data").to_pylist()

@@ -16,9 +16,10 @@ from pathlib import Path
 import pytest
 
 from common import storage
-from pipelines import schema, synthetic
+from pipelines import schema
+from synthetic import prose
 from pipelines.config import CorpusConfig
-from pipelines.runner import CorpusBuild
+from pipelines.engine.runner import CorpusBuild
 from tests._procs import run_in_group
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -46,7 +47,7 @@ def shard_bytes(corpus: str) -> tuple[list[bytes], bytes]:
 @pytest.fixture(scope="module")
 def setting(tmp_path_factory, s3_server, ray_local, ray_cluster):
     tmp = tmp_path_factory.mktemp("cluster")
-    raw = synthetic.write_corpus(tmp / "raw", num_docs=200, seed=11)
+    raw = prose.write_corpus(tmp / "raw", num_docs=200, seed=11)
     bucket = s3_server.bucket("corpus")
     for rel in storage.find(str(raw)):
         storage.write_bytes(f"{bucket}/raw/{rel}", (raw / rel).read_bytes())

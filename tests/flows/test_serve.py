@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from electra.distributed import free_port
-from pipelines import schema, synthetic
+from pipelines import schema
+from synthetic import prose
 from tests.electra._corpus import write_tiny_corpus
 from tests.electra.finetune.glue_files import write_keyword_sst2
 
@@ -59,7 +60,7 @@ def test_make_serve_runs_the_build_corpus_deployment(served, tmp_path):
     for name in ("build-corpus/build-corpus", "pretrain/pretrain", "evaluate/evaluate",
                  "evaluate-new-checkpoints/evaluate-new-checkpoints"):
         assert f"deployed {name}" in text
-    raw = synthetic.write_corpus(tmp_path / "raw", num_docs=120, seed=2)
+    raw = prose.write_corpus(tmp_path / "raw", num_docs=120, seed=2)
     out = tmp_path / "corpus"
     run = subprocess.run([PREFECT, "deployment", "run", "build-corpus/build-corpus",
                           "--param", f"source={raw}", "--param", f"out={out}", "--param", "vocab_size=800",

@@ -8,10 +8,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipelines import schema, synthetic
+from pipelines import schema
+
+from synthetic import prose
 from pipelines.config import CorpusConfig
 from pipelines.pack import MIN_FILL, empty_split_warnings, fill_warnings
-from pipelines.runner import CorpusBuild
+from pipelines.engine.runner import CorpusBuild
 
 SEQ_LEN = 64
 
@@ -72,7 +74,7 @@ def test_long_documents_fill_most_positions_without_warning(tmp_path, ray_local)
     raw = tmp_path / "raw"
     raw.mkdir()
     for f in range(12):  # whole files as documents, each worth many examples
-        (raw / f"book{f}.txt").write_text("\n".join(synthetic.documents(25, seed=100 + f)))
+        (raw / f"book{f}.txt").write_text("\n".join(prose.documents(25, seed=100 + f)))
     manifest = _build(raw, tmp_path / "out", "file")
     fills = _check_against_shards(tmp_path / "out", manifest)
     assert all(v >= MIN_FILL for v in fills.values()) and manifest.warnings == []

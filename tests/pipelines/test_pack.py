@@ -10,7 +10,7 @@ import pytest
 from pipelines.config import PackConfig, TokenizerConfig
 from pipelines.schema import example_key
 from pipelines.pack import ExamplePacker, SpecialIds, document_rngs, is_validation, pack_document
-from pipelines.synthetic import documents
+from synthetic.prose import documents
 from pipelines.tokenizer import train_tokenizer
 
 SPECIAL = SpecialIds(cls=2, sep=3, pad=0)
@@ -262,9 +262,9 @@ _THREADS_SCRIPT = r'''
 import json, os, sys
 import numpy as np
 import ray
-from pipelines.raydata import init_ray
-from pipelines.stages import _pack_batch, _packer
-from pipelines.synthetic import documents
+from pipelines.engine.raydata import init_ray
+from pipelines.engine.stages import _pack_batch, _packer
+from synthetic.prose import documents
 
 def threads():
     return len(os.listdir("/proc/self/task"))

@@ -12,7 +12,8 @@ import pyarrow as pa
 import pytest
 
 from common import storage
-from pipelines import parts, schema
+from pipelines import schema
+from pipelines.engine import parts
 from pipelines.config import ShardConfig
 from pipelines.shard import (assign, estimated_bytes, example_summary, rows_to_examples, shard_count,
                              write_shards)

@@ -15,7 +15,7 @@ from common import storage
 from pipelines import schema
 from common.config import ConfigError
 from pipelines.config import CorpusConfig, TokenizerConfig
-from pipelines.synthetic import documents
+from synthetic.prose import documents
 from pipelines.tokenizer import load_pretrained, sample_texts, train_tokenizer
 
 SPECIAL_IDS = {"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3, "[MASK]": 4}

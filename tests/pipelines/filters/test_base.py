@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from common.config import ConfigError
-from pipelines import parts
+from pipelines.engine import parts
 from pipelines.config import FILTER_BLOCKS, CorpusConfig, FilterConfig
 from pipelines.filters import REGISTRY, Doc, build_blocks, filter_batch, normalize_text, run_blocks
 from tests.pipelines.filters._docs import prose

@@ -154,7 +154,7 @@ def test_model_loads_without_network(monkeypatch):
 
 
 def test_compiled_scores_equal_py3langid():
-    from pipelines import web_junk
+    from synthetic import web_junk
 
     texts = [s for ss in SENTENCES.values() for s in ss] + ["", "12345", "ABC DEF GHI"]
     texts += [t for t, _ in web_junk.junk_documents(3, seed=5)]

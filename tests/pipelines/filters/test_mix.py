@@ -1,24 +1,28 @@
-"""The default blocks on the labelled mix of book prose and web junk (``pipelines.web_junk``):
+"""The default blocks on the labelled mix of book prose and web junk (``synthetic.web_junk``):
 at least 0.95 of the junk dropped and 0.95 of the prose kept, and the four datatrove-twin
 blocks decide every document as datatrove's filters do."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from benchmarks.corpus_filters import datatrove_filters, datatrove_verdict, exact_config, quality
-from pipelines import web_junk
+from synthetic import web_junk
 from pipelines.config import FilterConfig
 from pipelines.filters import Doc, build_blocks, normalize_text, run_blocks
+
+BOOKS = Path(__file__).resolve().parents[4] / "shared" / "data" / "corpus" / "gutenberg"
 
 
 @pytest.fixture(scope="module")
 def mix():
-    return web_junk.mix(n_clean=300, n_per_kind=25, seed=1)
+    return web_junk.mix(n_clean=300, n_per_kind=25, seed=1, books=BOOKS)
 
 
 def test_precision_and_recall(mix, capsys):
-    if not web_junk.BOOKS.is_dir():
-        pytest.skip(f"no books at {web_junk.BOOKS}: the clean side would be synthetic prose only")
+    if not BOOKS.is_dir():
+        pytest.skip(f"no books at {BOOKS}: the clean side would be synthetic prose only")
     q = quality(mix, FilterConfig())
     with capsys.disabled():
         print(f"\nmix: prose kept {q['clean_kept']:.3f}, junk dropped {q['junk_dropped']:.3f}, "
@@ -30,9 +34,9 @@ def test_precision_and_recall(mix, capsys):
 
 
 def test_synthetic_prose_is_kept():
-    from pipelines import synthetic
+    from synthetic import prose
 
-    q = quality([(d, "clean") for d in synthetic.documents(200, seed=4)], FilterConfig())
+    q = quality([(d, "clean") for d in prose.documents(200, seed=4)], FilterConfig())
     assert q["clean_kept"] == 1.0
 
 

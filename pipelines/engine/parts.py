@@ -1,0 +1,217 @@
+"""Stage outputs as files on the store: written by the Ray tasks, summarised in the same pass.
+
+A stage ends with ``write_documents`` or ``write_examples`` as its last operator. Each Ray task
+writes its block straight to the stage's location (a local path or a bucket: no file goes
+through the driver's disk) and returns one summary row, a JSON object with the statistics of
+what it wrote and the names of the files it wrote. The driver adds the rows up. That costs no
+second read and no shuffle, and the counts are exact because they count what was written.
+
+* Kept document rows go to ``<data>/part-<hash>.parquet`` (all columns: the next stage's input).
+* Dropped document rows go to ``<rejected>/part-<hash>.jsonl.zst``: id, reason, detail and the
+  first ``text_prefix_chars`` characters of the text (the whole text with ``full_text``), one
+  JSON object per line, zstd-compressed. Nothing the pipeline drops disappears unrecorded, and
+  the quarantine no longer costs as much disk as the corpus.
+
+A file's name is a hash of its rows' keys, so a retried task rewrites the same file instead of
+adding a second copy. The files a stage produced are listed in its completion marker
+(``pipelines.engine.runner``); readers open exactly those, never "whatever is in the folder", so the
+leftovers of a killed attempt are never read. Row groups are small (at most ``ROW_GROUP_ROWS``
+rows and about ``ROW_GROUP_BYTES``) because Ray's Parquet reader splits files by row group: the
+next stage gets parallel read tasks even from one big part, and even when its rows are whole
+books (58 novels in one 2,048-row group were one task of the pack stage).
+"""
+from __future__ import annotations
+
+import json
+from typing import Any, Callable
+
+import numpy as np
+import pyarrow as pa
+
+from common import storage
+
+ROW_GROUP_ROWS = 2048
+ROW_GROUP_BYTES = 4 << 20
+_ZSTD_LEVEL = 6
+
+
+def part_name(keys: list[np.ndarray], suffix: str) -> str:
+    """``part-<hash>.<suffix>`` from the key columns of the rows in the file."""
+    import hashlib
+
+    h = hashlib.blake2b(digest_size=12)
+    for k in keys:
+        h.update(np.ascontiguousarray(np.asarray(k).astype(np.int64)).tobytes())
+    return f"part-{h.hexdigest()}.{suffix}"
+
+
+def parquet_bytes(table: pa.Table) -> bytes:
+    import pyarrow.parquet as pq
+
+    sink = pa.BufferOutputStream()
+    rows = ROW_GROUP_ROWS
+    if table.num_rows and table.nbytes > ROW_GROUP_BYTES:
+        rows = max(1, min(rows, ROW_GROUP_BYTES * table.num_rows // table.nbytes))
+    pq.write_table(table, sink, row_group_size=rows)
+    return sink.getvalue().to_pybytes()
+
+
+def _summary(**fields: Any) -> dict[str, np.ndarray]:
+    return {"summary": np.array([json.dumps(fields)], dtype=object)}
+
+
+def _run(ds: Any, fn: Callable, **kwargs: Any) -> list[dict[str, Any]]:
+    rows = ds.map_batches(fn, batch_format="pyarrow", batch_size=None, fn_kwargs=kwargs).take_all()
+    return [json.loads(r["summary"]) for r in rows]
+
+
+# ------------------------------------------------------------------------------ documents
+def _rejected_lines(table: pa.Table, prefix_chars: int, full_text: bool) -> bytes:
+    cols = {c: table.column(c).to_pylist() for c in ("id", "reason", "detail", "text")}
+    urls = table.column("url").to_pylist() if "url" in table.column_names else None
+    lines = []
+    for rid, reason, detail, text in zip(cols["id"], cols["reason"], cols["detail"], cols["text"]):
+        text = text or ""
+        record = {"id": rid, "reason": reason, "detail": detail,
+                  "text": text if full_text else text[:prefix_chars], "chars": len(text)}
+        if urls is not None and urls[len(lines)]:
+            record["url"] = urls[len(lines)]  # a WARC record's page: which one was dropped
+        lines.append(json.dumps(record, ensure_ascii=False))
+    return ("\n".join(lines) + "\n").encode("utf-8", "surrogatepass")
+
+
+def _write_document_block(table: pa.Table, *, data: str, rejected: str, prefix_chars: int,
+                          full_text: bool) -> dict[str, np.ndarray]:
+    import pyarrow.compute as pc
+    import zstandard
+
+    reason = table.column("reason")
+    kept_mask = pc.equal(reason, "")
+    languages = None
+    if LANGUAGE_COLUMN in table.column_names:
+        # The filter stage's detected language: counted here, not written (no schema change).
+        languages = language_counts(table.column(LANGUAGE_COLUMN).to_pylist(), reason.to_pylist())
+        table = table.drop_columns([LANGUAGE_COLUMN])
+    encodings = None
+    if ENCODING_COLUMN in table.column_names:
+        # Ingest's decoding of each document ("utf-8", "cp1252", ...): counted, not written.
+        encodings = language_counts(table.column(ENCODING_COLUMN).to_pylist(), reason.to_pylist())
+        table = table.drop_columns([ENCODING_COLUMN])
+    kept, dropped = table.filter(kept_mask), table.filter(pc.invert(kept_mask))
+    files, stats = [], {}
+    if kept.num_rows:
+        name = part_name([kept.column("uid").to_numpy()], "parquet")
+        storage.write_bytes(storage.join(data, name), parquet_bytes(kept))
+        files.append({"name": name, "rows": kept.num_rows})
+    rejected_files = []
+    if dropped.num_rows:
+        name = part_name([dropped.column("uid").to_numpy()], "jsonl.zst")
+        blob = zstandard.ZstdCompressor(level=_ZSTD_LEVEL).compress(
+            _rejected_lines(dropped, prefix_chars, full_text))
+        storage.write_bytes(storage.join(rejected, name), blob)
+        rejected_files.append({"name": name, "rows": dropped.num_rows, "bytes": len(blob)})
+    counts = pa.table({"reason": reason, "bytes": pc.binary_length(table.column("text"))}).group_by(
+        "reason").aggregate([("bytes", "count"), ("bytes", "sum")])
+    for r, n, b in zip(counts.column("reason").to_pylist(), counts.column("bytes_count").to_pylist(),
+                       counts.column("bytes_sum").to_pylist()):
+        stats[r] = [int(n), int(b or 0)]
+    extra = {k: v for k, v in (("languages", languages), ("encodings", encodings)) if v is not None}
+    return _summary(files=files, rejected=rejected_files, reasons=stats, **extra)
+
+
+LANGUAGE_COLUMN = "language"
+ENCODING_COLUMN = "encoding"
+
+
+def language_counts(languages: list[str], reasons: list[str]) -> dict[str, dict[str, int]]:
+    """``{language: {"kept": n, "dropped": m}}`` over the rows with a language ("" = not looked at)."""
+    out: dict[str, dict[str, int]] = {}
+    for lang, reason in zip(languages, reasons):
+        if lang:
+            acc = out.setdefault(lang, {"kept": 0, "dropped": 0})
+            acc["dropped" if reason else "kept"] += 1
+    return out
+
+
+def write_documents(ds: Any, *, data: str, rejected: str, prefix_chars: int,
+                    full_text: bool) -> dict[str, Any]:
+    """Run ``ds`` (document rows) to the end; kept rows to ``data``, dropped ones to ``rejected``.
+
+    Returns ``{"files": [...], "rejected": [...], "reasons": {reason: [documents, bytes]}}`` over
+    all blocks (reason ``""`` = kept), and ``"languages": {language: {"kept": n, "dropped": m}}``
+    when the rows carry the filter stage's ``language`` column (which is not written); the same
+    for ``"encodings"`` and ingest's ``encoding`` column.
+    """
+    rows = _run(ds, _write_document_block, data=data, rejected=rejected, prefix_chars=prefix_chars,
+                full_text=full_text)
+    out: dict[str, Any] = {"files": [], "rejected": [], "reasons": {}}
+    for r in rows:
+        out["files"] += r["files"]
+        out["rejected"] += r["rejected"]
+        for lang, counts in r.get("languages", {}).items():
+            acc = out.setdefault("languages", {}).setdefault(lang, {"kept": 0, "dropped": 0})
+            acc["kept"] += counts["kept"]
+            acc["dropped"] += counts["dropped"]
+        for enc, counts in r.get("encodings", {}).items():
+            acc = out.setdefault("encodings", {}).setdefault(enc, {"kept": 0, "dropped": 0})
+            acc["kept"] += counts["kept"]
+            acc["dropped"] += counts["dropped"]
+        for reason, (n, b) in r["reasons"].items():
+            acc = out["reasons"].setdefault(reason, [0, 0])
+            acc[0] += n
+            acc[1] += b
+    out["files"].sort(key=lambda f: f["name"])
+    out["rejected"].sort(key=lambda f: f["name"])
+    return out
+
+
+def document_stats(reasons: dict[str, list[int]]) -> dict[str, Any]:
+    """The manifest's per-stage statistics from ``write_documents``' reason counts.
+
+    A stage reads only the rows its predecessor kept, so everything in its output came in:
+    ``documents_in`` is the total and ``dropped`` holds this stage's own reasons.
+    """
+    kept = reasons.get("", [0, 0])
+    dropped = {k: v for k, v in reasons.items() if k}
+    return {"documents_in": kept[0] + sum(v[0] for v in dropped.values()), "documents_out": kept[0],
+            "dropped": {k: v[0] for k, v in sorted(dropped.items())},
+            "bytes_in": kept[1] + sum(v[1] for v in dropped.values()), "bytes_out": kept[1]}
+
+
+# ------------------------------------------------------------------------------ examples
+def _write_example_block(table: pa.Table, *, data: str,
+                         summarise: Callable[[pa.Table], dict[str, Any]]) -> dict[str, np.ndarray]:
+    files = []
+    if table.num_rows:
+        name = part_name([table.column("uid").to_numpy(), table.column("ordinal").to_numpy()], "parquet")
+        storage.write_bytes(storage.join(data, name), parquet_bytes(table))
+        files.append({"name": name, "rows": table.num_rows})
+    return _summary(files=files, splits=summarise(table))
+
+
+def write_examples(ds: Any, *, data: str, summarise: Callable[[pa.Table], dict[str, Any]]) -> dict[str, Any]:
+    """Run ``ds`` (example rows) to the end, writing parts to ``data``; per-split sums of
+    ``summarise(block)`` (``{split: {name: number}}``) come back with the file list."""
+    rows = _run(ds, _write_example_block, data=data, summarise=summarise)
+    files, splits = [], {}
+    for r in rows:
+        files += r["files"]
+        for split, values in r["splits"].items():
+            acc = splits.setdefault(split, {})
+            for k, v in values.items():
+                acc[k] = acc.get(k, 0) + int(v)
+    return {"files": sorted(files, key=lambda f: f["name"]), "splits": dict(sorted(splits.items()))}
+
+
+# ------------------------------------------------------------------------------ reading
+def read_parts(folder: str, files: list[dict[str, Any]]) -> Any:
+    """The listed Parquet parts of a stage as one Dataset (nothing else in the folder is read)."""
+    import ray
+
+    # Largest parts first: Ray reads them in this order, so the big tasks run early and the
+    # small ones fill in at the end instead of one large task running alone on the last core.
+    ordered = sorted(files, key=lambda f: (-int(f.get("rows", 0)), f["name"]))
+    uris = [storage.join(folder, f["name"]) for f in ordered]
+    if not uris:
+        return ray.data.from_items([])
+    return ray.data.read_parquet(uris)

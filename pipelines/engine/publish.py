@@ -1,0 +1,116 @@
+"""Publishing a build: the manifest from the stage markers, written last, then garbage collection.
+
+Everything the manifest lists is already in place when it is written: the tokenizer in
+``tokenizer/<key>/``, the shards in ``shards/<generation>/``, the quarantine in
+``rejected/<stage>-<key>/``, each folder named by a key and never rewritten with other content.
+Writing ``manifest.json`` (one atomic write on any store) is the commit: before it, readers see
+the previous corpus whole; after it, the new one whole.
+
+Then the folders that neither the new manifest nor the one it replaced names are deleted, so a
+reader that loaded the previous manifest a moment ago can still finish reading its files, and
+stage caches of other keys (earlier configs) go too unless ``keep_cache``. A kill during the
+clean-up leaves garbage that the next publish removes, never a corpus that is missing files.
+"""
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from common import storage
+from pipelines import schema
+from pipelines.pack import fill
+from pipelines.engine.stages import DOCUMENT_STAGES, StageResult, rejected_folder
+
+if TYPE_CHECKING:
+    from pipelines.engine.runner import CorpusBuild
+
+log = logging.getLogger("pipelines.engine.publish")
+
+
+def summary(results: dict[str, StageResult]) -> dict[str, Any]:
+    dropped: dict[str, int] = {}
+    for name in DOCUMENT_STAGES:
+        for reason, n in results[name].stats.get("dropped", {}).items():
+            dropped[reason] = dropped.get(reason, 0) + n
+    return {"documents_in": results["ingest"].stats.get("documents_in", 0),
+            "documents_kept": results["near_dedup"].stats.get("documents_out", 0),
+            "dropped_by_reason": dict(sorted(dropped.items())),
+            "exact_duplicates": dropped.get("dedup:exact", 0), "near_duplicates": dropped.get("dedup:near", 0),
+            "tokens": results["pack"].stats.get("tokens", 0),
+            "bytes_per_token": results["shard"].stats.get("bytes_per_token")}
+
+
+def manifest_of(build: CorpusBuild, results: dict[str, StageResult]) -> schema.Manifest:
+    shards = [schema.ShardInfo(**s) for s in results["shard"].product["shards"]]
+    documents = {s: v.get("documents", 0) for s, v in results["pack"].stats.get("splits", {}).items()}
+    splits = {}
+    for split in schema.SPLITS:
+        mine = [s for s in shards if s.split == split]
+        examples, tokens = sum(s.num_examples for s in mine), sum(s.num_tokens for s in mine)
+        splits[split] = schema.SplitInfo(num_examples=examples, num_tokens=tokens,
+                                         num_documents=documents.get(split, 0),
+                                         fill=fill(tokens, examples, build.cfg.pack.seq_len))
+    rejected = [schema.RejectedInfo(stage=name, path=f"{rejected_folder(name, results[name].key)}/{f['name']}",
+                                    records=f["rows"], bytes=f["bytes"])
+                for name in DOCUMENT_STAGES for f in results[name].rejected]
+    stats: dict[str, Any] = {name: r.stats for name, r in results.items()}
+    stats["summary"] = summary(results)
+    stats["sources"] = {"names": list(build.sources.names[:20]), "files": len(build.sources.files),
+                        "fingerprint": build.sources.fingerprint}
+    return schema.Manifest(seq_len=build.cfg.pack.seq_len,
+                           tokenizer=schema.TokenizerInfo(**results["tokenizer"].product["tokenizer"]),
+                           splits=splits, shards=shards, stats=stats, config=build.cfg.to_dict(),
+                           rejected=rejected, generation=results["shard"].key, build_key=build.build_key,
+                           languages=results["filter"].stats.get("languages", {}),
+                           warnings=list(results["pack"].stats.get("warnings", [])))
+
+
+def publish(build: CorpusBuild, results: dict[str, StageResult]) -> schema.Manifest:
+    manifest = manifest_of(build, results)
+    for warning in manifest.warnings:
+        log.warning("%s", warning)
+    try:
+        previous = schema.Manifest.load(build.out)
+    except (FileNotFoundError, ValueError) as exc:
+        previous = None
+        if not isinstance(exc, FileNotFoundError):
+            log.warning("replacing an unreadable or older manifest: %s", exc)
+    manifest.save(build.out)
+    collect_garbage(build, keep=[m for m in (manifest, previous) if m is not None])
+    return manifest
+
+
+def _stage_of(top: str, name: str) -> str:
+    """The ``.work`` folder of the stage that wrote ``top/name`` (``<stage>-<key>``)."""
+    return {schema.TOKENIZER_DIR: f"tokenizer-{name}", schema.SHARDS_DIR: f"shard-{name}"}.get(top, name)
+
+
+def collect_garbage(build: CorpusBuild, keep: list[schema.Manifest]) -> list[str]:
+    """Delete what no manifest in ``keep`` references; returns the deleted locations."""
+    folders = set().union(*(m.referenced_folders() for m in keep))
+    files = {r.path for m in keep for r in m.rejected}
+    removed = []
+    for top in (schema.TOKENIZER_DIR, schema.SHARDS_DIR, schema.REJECTED_DIR):
+        for name in storage.listdir(storage.join(build.out, top)):
+            rel = f"{top}/{name}"
+            if rel not in folders:
+                # The marker of the stage that wrote it goes first: a later build with that key
+                # (kept caches, or a killed build rerun) must write it again, not trust a marker.
+                stage = _stage_of(top, name)
+                storage.remove(storage.join(build.work, stage, "_SUCCESS"))
+                storage.remove(storage.join(build.out, rel), recursive=True)
+                removed.append(rel)
+            elif top == schema.REJECTED_DIR:  # parts a killed attempt left beside the listed ones
+                for part in storage.listdir(storage.join(build.out, rel)):
+                    if f"{rel}/{part}" not in files:
+                        storage.remove(storage.join(build.out, rel, part))
+                        removed.append(f"{rel}/{part}")
+    if not build.keep_cache:
+        current = {f"{name}-{key}" for name, key in build.keys.items()}
+        for name in storage.listdir(build.work):
+            if name not in current:
+                storage.remove(storage.join(build.work, name), recursive=True)
+                removed.append(f"{schema.WORK_DIR}/{name}")
+    if removed:
+        log.info("removed %d superseded location(s): %s", len(removed), ", ".join(removed[:8]))
+    return removed

@@ -1,0 +1,200 @@
+"""The one runner of build-corpus: plans, runs, caches and prunes the stage table, then publishes.
+
+``CorpusBuild(sources, out, cfg)`` resolves the sources and checks the output location before any
+work (a missing bucket or path is an error naming it), then computes every stage's cache key up
+front: keys depend on config, inputs, the code version and the versions of the libraries that
+shape the output, never on outputs (``pipelines.engine.stages``).
+
+Completion markers. Stage ``s`` with key ``k`` keeps its private files in ``.work/s-k/`` of the
+output location; ``.work/s-k/_SUCCESS`` is written last and records the stage's statistics and
+the exact files it produced (``StageResult``). A stage whose marker is missing is run from
+scratch: its folder is emptied first, so the leftovers of a killed attempt are never read. On an
+object store nothing is renamed; the marker, one atomic write, is the commit.
+
+Planning. A stage runs when it has no marker, or when a stage that must run needs its data and
+that data was pruned. Pruning: once every consumer of a stage has finished, its data parts are
+deleted and its marker says so (``pruned``); the statistics and the quarantine stay. The
+output's footprint is then the product (tokenizer, shards, compressed quarantine) plus markers.
+``keep_cache`` keeps every stage's data, so a rerun with, say, another ``pack`` config starts
+at ``pack``; without it such a rerun starts at ingest. A rerun of a finished build with the same
+config and sources is a no-op (the manifest's ``build_key`` matches).
+
+Pruning writes the marker's ``pruned`` flag before it deletes anything, so a kill in between
+leaves garbage, never a marker that promises data that is gone; ``publish`` sweeps what such a
+kill left behind.
+
+Publish (``pipelines.engine.publish``): the manifest is assembled from the markers and written last.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from typing import Any
+
+from common import storage
+from common.hashing import digest
+from pipelines import schema
+from pipelines.config import CorpusConfig
+from pipelines.ingest import Sources, resolve_sources
+from pipelines.engine.stages import CODE_VERSION, LIBRARIES, STAGES, Stage, StageResult, StageRun, tokenizer_fingerprint
+
+log = logging.getLogger("pipelines.engine.runner")
+SUCCESS = "_SUCCESS"
+
+
+class CorpusBuild:
+    """One build of a corpus at ``out`` (a path or URI) from ``sources`` with ``cfg``."""
+
+    def __init__(self, sources: list[str] | Sources, out: str, cfg: CorpusConfig, *, keep_cache: bool = False):
+        self.sources = sources if isinstance(sources, Sources) else resolve_sources(sources)
+        self.out = str(out)
+        storage.check_output(self.out)
+        self.cfg, self.keep_cache, self.stages = cfg, keep_cache, {s.name: s for s in STAGES}
+        self.order = [s.name for s in STAGES]
+        self.keys: dict[str, str] = {}
+        for s in STAGES:
+            extra = self.sources.fingerprint if s.name == "ingest" else (
+                tokenizer_fingerprint(cfg) if s.name == "tokenizer" else "")
+            self.keys[s.name] = digest({"code": CODE_VERSION, "libraries": LIBRARIES, "stage": s.name,
+                                        "config": cfg.sections(s.sections),
+                                        "inputs": [self.keys[i] for i in s.inputs], "extra": extra})
+        self.build_key = digest({"stages": self.keys, "config": cfg.to_dict()})
+        self._results: dict[str, StageResult | None] = {}
+
+    # ------------------------------------------------------------------ locations and markers
+    @property
+    def work(self) -> str:
+        return storage.join(self.out, schema.WORK_DIR)
+
+    def cache(self, name: str) -> str:
+        return storage.join(self.work, f"{name}-{self.keys[name]}")
+
+    def result(self, name: str) -> StageResult | None:
+        """The stage's completion marker, or None when it has not finished for this key."""
+        if name not in self._results:
+            uri = storage.join(self.cache(name), SUCCESS)
+            try:
+                self._results[name] = StageResult(**storage.read_json(uri))
+            except storage.StorageError:
+                self._results[name] = None
+        return self._results[name]
+
+    def _save(self, result: StageResult) -> None:
+        storage.write_json(storage.join(self.cache(result.name), SUCCESS), dataclasses.asdict(result))
+        self._results[result.name] = result
+
+    def published(self) -> schema.Manifest | None:
+        try:
+            manifest = schema.Manifest.load(self.out)
+        except (FileNotFoundError, ValueError):
+            return None
+        return manifest if manifest.build_key == self.build_key else None
+
+    # ------------------------------------------------------------------ planning
+    def consumers(self, name: str) -> list[str]:
+        return [s for s in self.order if name in self.stages[s].inputs]
+
+    def plan(self) -> list[str]:
+        """The stages that must run, in table order (empty when the build is published)."""
+        if self.published() is not None:
+            return []
+        todo: set[str] = set()
+
+        def need_data(name: str) -> None:
+            r = self.result(name)
+            if r is not None and not r.pruned:
+                return
+            require(name)
+
+        def require(name: str) -> None:
+            if name in todo:
+                return
+            todo.add(name)
+            for i in self.stages[name].inputs:
+                need_data(i)
+
+        for name in self.order:
+            if self.result(name) is None:
+                require(name)
+        return [n for n in self.order if n in todo]
+
+    # ------------------------------------------------------------------ running
+    def run_stage(self, name: str) -> StageResult:
+        """Run one stage now (its inputs must be complete with their data)."""
+        stage, key = self.stages[name], self.keys[name]
+        inputs = {}
+        for i in stage.inputs:
+            r = self.result(i)
+            if r is None or r.pruned:
+                raise RuntimeError(f"stage {name}: input stage {i} has no data (run the plan in order)")
+            inputs[i] = r
+        storage.remove(self.cache(name), recursive=True)  # a killed attempt's leftovers
+        self._results.pop(name, None)
+        run = StageRun(stage=stage, key=key, cfg=self.cfg, corpus=self.out, cache=self.cache(name),
+                       sources=self.sources, inputs=inputs, cache_of=self.cache)
+        start = time.perf_counter()
+        record = stage.run(run)
+        seconds = time.perf_counter() - start
+        result = StageResult(name=name, key=key, stats=with_rates(record.get("stats", {}), seconds),
+                             files=record.get("files", []), rejected=record.get("rejected", []),
+                             product=record.get("product", {}))
+        self._save(result)
+        _log(result)
+        self._prune_consumed(stage)
+        return result
+
+    def _prune_consumed(self, stage: Stage) -> None:
+        """Delete the data of inputs whose every consumer has finished (unless keep_cache)."""
+        if self.keep_cache:
+            return
+        for i in stage.inputs:
+            r = self.result(i)
+            if r is None or not self.stages[i].cached_data:
+                continue
+            if all(self.result(c) is not None for c in self.consumers(i)):
+                if not r.pruned:  # the flag first: a kill now leaves garbage, not a false promise
+                    self._save(dataclasses.replace(r, pruned=True))
+                storage.remove(storage.join(self.cache(i), "data"), recursive=True)
+
+    def publish(self) -> schema.Manifest:
+        from pipelines.engine.publish import publish
+
+        for name in self.order:  # what a kill between a marker and its pruning left behind
+            self._prune_consumed(self.stages[name])
+        done = self.published()
+        if done is not None:
+            return done
+        results = {}
+        for name in self.order:
+            r = self.result(name)
+            if r is None:
+                raise RuntimeError(f"publish: stage {name} has not finished")
+            results[name] = r
+        return publish(self, results)
+
+    def run(self) -> schema.Manifest:
+        """The whole build without an orchestrator."""
+        for name in self.plan():
+            self.run_stage(name)
+        return self.publish()
+
+
+def with_rates(stats: dict[str, Any], seconds: float) -> dict[str, Any]:
+    """A stage's statistics plus its time and throughput (documents and MB per second)."""
+    out = dict(stats)
+    out["seconds"] = round(seconds, 3)
+    if "documents_in" in out:
+        out["docs_per_sec"] = round(out["documents_in"] / max(seconds, 1e-9), 1)
+    if "bytes_in" in out:
+        out["mb_per_sec"] = round(out["bytes_in"] / 1e6 / max(seconds, 1e-9), 3)
+    if "tokens" in out:
+        out["tokens_per_sec"] = round(out["tokens"] / max(seconds, 1e-9), 1)
+    return out
+
+
+def _log(result: StageResult) -> None:
+    s = result.stats
+    log.info("%-11s %8s docs in, %8s out, %7.1f s, %8.2f MB/s, dropped %s", result.name,
+             s.get("documents_in", "-"), s.get("documents_out", "-"), s.get("seconds", 0.0),
+             s.get("mb_per_sec", 0.0), s.get("dropped", {}))

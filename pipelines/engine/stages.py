@@ -1,0 +1,266 @@
+"""The stages of build-corpus, as one table: name, inputs, config sections, function, retries.
+
+=============  ======================  ==========================  ===========================
+stage          inputs                  config sections in the key  writes
+=============  ======================  ==========================  ===========================
+ingest         (the sources)           ingest, rejected            documents + rejected
+filter         ingest                  filter, rejected            documents + rejected
+exact_dedup    filter                  dedup, rejected             documents + rejected
+near_dedup     exact_dedup             dedup, rejected             documents + rejected
+tokenizer      near_dedup              tokenizer                   ``tokenizer/<key>/``
+pack           near_dedup, tokenizer   pack                        examples
+shard          pack, tokenizer         shard                       ``shards/<key>/``
+=============  ======================  ==========================  ===========================
+
+A stage's cache key hashes the code version, its config sections, the keys of its inputs and,
+for ingest, the sources' fingerprint (for a pretrained tokenizer, that file's sha256): every
+input that decides a stage's output is in its key, so a rerun with anything changed reruns that
+stage and everything after it, and nothing before. A stage function gets a ``StageRun`` (its
+key, config, locations and its inputs' results) and returns a record of what it wrote; the
+runner (``pipelines.engine.runner``) times it, adds the rates and writes the completion marker, so
+timing and statistics are computed in one place.
+
+Document stages share one shape: read the kept documents of the input stage, transform them
+lazily (rows get a ``reason`` when dropped), and let ``parts.write_documents`` write kept rows to
+the stage's cache and dropped rows to ``rejected/<stage>-<key>/`` in the same pass.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from common import storage
+from common.hashing import sha256_bytes
+from pipelines import schema
+from pipelines.engine import parts
+from pipelines.config import CorpusConfig
+from pipelines.ingest import Sources
+
+CODE_VERSION = "4"  # bump when a stage's output format or algorithm changes
+
+
+def _versions() -> dict[str, str]:
+    from importlib.metadata import version
+
+    return {lib: version(lib) for lib in ("tokenizers", "pyarrow", "numpy", "numba")}
+
+
+# Libraries whose upgrade can change a stage's bytes (a retrained tokenizer, a re-encoded part):
+# they are in every key, so an upgrade never rewrites a key-named folder with other content.
+LIBRARIES = _versions()
+# Documents per call of the packer: its Python lists of token ids stay small (measured on the
+# books: 9% less CPU than whole blocks of up to 11k documents); one tokenizer call per batch.
+PACK_BATCH_DOCS = 256
+# ... and about this much text, so a batch of whole books is not one task's work.
+PACK_BATCH_BYTES = 4 << 20
+
+
+@dataclass
+class StageResult:
+    """A finished stage, as its completion marker records it."""
+    name: str
+    key: str
+    stats: dict[str, Any] = field(default_factory=dict)
+    files: list[dict[str, Any]] = field(default_factory=list)  # data parts in the cache folder
+    rejected: list[dict[str, Any]] = field(default_factory=list)  # parts in rejected/<stage>-<key>/
+    product: dict[str, Any] = field(default_factory=dict)  # tokenizer info, shard list
+    pruned: bool = False  # the data parts were deleted once every consumer had finished
+
+
+@dataclass
+class StageRun:
+    """What a stage function sees."""
+    stage: Stage
+    key: str
+    cfg: CorpusConfig
+    corpus: str  # the output location
+    cache: str  # .work/<stage>-<key>: this stage's private folder
+    sources: Sources
+    inputs: dict[str, StageResult]
+    cache_of: Callable[[str], str]  # cache folder of another stage
+
+    @property
+    def data(self) -> str:
+        return storage.join(self.cache, "data")
+
+    @property
+    def rejected(self) -> str:
+        return storage.join(self.corpus, rejected_folder(self.stage.name, self.key))
+
+    def read(self, name: str) -> Any:
+        """The kept rows (documents or examples) of input stage ``name`` as a Dataset."""
+        return parts.read_parts(storage.join(self.cache_of(name), "data"), self.inputs[name].files)
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    inputs: tuple[str, ...]
+    sections: tuple[str, ...]
+    run: Callable[[StageRun], dict[str, Any]]
+    retries: int = 0
+    cached_data: bool = True  # writes data parts into its cache folder (pruned once consumed)
+
+
+def rejected_folder(stage: str, key: str) -> str:
+    return f"{schema.REJECTED_DIR}/{stage}-{key}"
+
+
+# ----------------------------------------------------------------------------- documents
+def _documents(run: StageRun, ds: Any, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    rc = run.cfg.rejected
+    out = parts.write_documents(ds, data=run.data, rejected=run.rejected,
+                                prefix_chars=rc.text_prefix_chars, full_text=rc.full_text)
+    return {"stats": {**parts.document_stats(out["reasons"]), **(extra or {})},
+            "files": out["files"], "rejected": out["rejected"]}
+
+
+def _ingest(run: StageRun) -> dict[str, Any]:
+    from pipelines.ingest import ingest_dataset
+
+    rc = run.cfg.rejected
+    out = parts.write_documents(ingest_dataset(run.sources, run.cfg.ingest), data=run.data,
+                                rejected=run.rejected, prefix_chars=rc.text_prefix_chars,
+                                full_text=rc.full_text)
+    # Kept documents per encoding they were decoded with: a charset fallback is never silent.
+    encodings = {enc: c["kept"] for enc, c in sorted(out.get("encodings", {}).items())}
+    stats = {**parts.document_stats(out["reasons"]), "files": len(run.sources.files), "encodings": encodings}
+    return {"stats": stats, "files": out["files"], "rejected": out["rejected"]}
+
+
+def _filter(run: StageRun) -> dict[str, Any]:
+    from pipelines.filters import filter_batch
+
+    ds = run.read("ingest").map_batches(filter_batch, fn_kwargs={"cfg": run.cfg.filter}, batch_format="numpy")
+    rc = run.cfg.rejected
+    out = parts.write_documents(ds, data=run.data, rejected=run.rejected,
+                                prefix_chars=rc.text_prefix_chars, full_text=rc.full_text)
+    # Documents the language block looked at, kept and dropped per detected language.
+    stats = {**parts.document_stats(out["reasons"]), "languages": dict(sorted(out.get("languages", {}).items()))}
+    return {"stats": stats, "files": out["files"], "rejected": out["rejected"]}
+
+
+def _exact_dedup(run: StageRun) -> dict[str, Any]:
+    from pipelines.dedup import exact_dedup
+
+    ds = run.read("filter")
+    if not run.cfg.dedup.exact:
+        return _documents(run, ds)
+    return _documents(run, *exact_dedup(ds, num_docs=run.inputs["filter"].stats["documents_out"]))
+
+
+def _near_dedup(run: StageRun) -> dict[str, Any]:
+    from pipelines.dedup import near_dedup
+
+    ds = run.read("exact_dedup")
+    if not run.cfg.dedup.near:
+        return _documents(run, ds)
+    return _documents(run, *near_dedup(ds, run.cfg.dedup, num_docs=run.inputs["exact_dedup"].stats["documents_out"]))
+
+
+# ----------------------------------------------------------------------------- tokenizer
+def tokenizer_folder(key: str) -> str:
+    return f"{schema.TOKENIZER_DIR}/{key}"
+
+
+def _tokenizer(run: StageRun) -> dict[str, Any]:
+    from pipelines import tokenizer as tok
+
+    cfg = run.cfg.tokenizer
+    rel = tokenizer_folder(run.key)
+    out = storage.join(run.corpus, rel)
+    if cfg.pretrained:
+        info, sample_bytes = tok.load_pretrained(cfg.pretrained, cfg, out), 0
+    else:
+        near = run.inputs["near_dedup"]
+        texts = tok.sample_texts(run.read("near_dedup"), cfg.sample_bytes, cfg.sample_seed,
+                                 total_bytes=near.stats["bytes_out"])
+        sample_bytes = sum(len(t.encode("utf-8", "surrogatepass")) for t in texts)
+        info = tok.train_tokenizer(texts, cfg, out)
+    info.path = rel
+    return {"stats": {"vocab_size": info.vocab_size, "sha256": info.sha256, "sample_bytes": sample_bytes},
+            "product": {"tokenizer": dataclasses.asdict(info)}}
+
+
+def tokenizer_fingerprint(cfg: CorpusConfig) -> str:
+    """A pretrained tokenizer file, not the corpus, decides the tokenizer: its hash goes into
+    the key."""
+    return sha256_bytes(storage.read_bytes(cfg.tokenizer.pretrained)) if cfg.tokenizer.pretrained else ""
+
+
+# ----------------------------------------------------------------------------- pack, shard
+@functools.lru_cache(maxsize=2)
+def _packer(tokenizer_uri: str, cfg_json: str):
+    from tokenizers import Tokenizer
+
+    from pipelines.config import PackConfig
+    from pipelines.pack import ExamplePacker
+
+    tok = Tokenizer.from_str(storage.read_text(tokenizer_uri))
+    return ExamplePacker(tok, PackConfig(**json.loads(cfg_json)))
+
+
+def _pack_batch(batch: dict[str, Any], *, tokenizer_uri: str, cfg_json: str) -> Any:
+    """One Ray batch of documents -> examples; the tokenizer is read from the store once per
+    worker process (workers share no disk with the driver)."""
+    return _packer(tokenizer_uri, cfg_json)(batch)
+
+
+def _pack(run: StageRun) -> dict[str, Any]:
+    from pipelines.pack import empty_split_warnings, fill, fill_warnings
+    from pipelines.shard import example_summary
+
+    tok = run.inputs["tokenizer"].product["tokenizer"]
+    near = run.inputs["near_dedup"].stats
+    mean_doc = near["bytes_out"] / max(near["documents_out"], 1)
+    batch_docs = int(max(1, min(PACK_BATCH_DOCS, PACK_BATCH_BYTES // max(mean_doc, 1))))
+    # Plain tasks (fused with the Parquet read), not an actor pool: an actor pool holding every
+    # CPU starves the read tasks feeding it on a 1-CPU cluster and deadlocks.
+    examples = run.read("near_dedup").map_batches(
+        _pack_batch, batch_format="numpy", batch_size=batch_docs,
+        fn_kwargs={"tokenizer_uri": storage.join(run.corpus, tok["path"], "tokenizer.json"),
+                   "cfg_json": json.dumps(dataclasses.asdict(run.cfg.pack), sort_keys=True)})
+    out = parts.write_examples(examples, data=run.data, summarise=example_summary)
+    splits = out["splits"]
+    documents_in = run.inputs["near_dedup"].stats["documents_out"]
+    stats = {"splits": splits, "examples": sum(s["examples"] for s in splits.values()),
+             "tokens": sum(s["tokens"] for s in splits.values()), "documents_in": documents_in,
+             "documents_without_examples": documents_in - sum(s.get("documents", 0) for s in splits.values()),
+             "bytes_in": run.inputs["near_dedup"].stats["bytes_out"]}
+    seq_len = run.cfg.pack.seq_len
+    for s in splits.values():
+        s["fill"] = fill(s["tokens"], s["examples"], seq_len)
+    # Recorded here (publish logs them and puts them in the manifest, also when this is cached).
+    stats["warnings"] = (fill_warnings(splits, seq_len, run.cfg.ingest.text_mode)
+                         + empty_split_warnings(splits, run.cfg.pack.validation_fraction, documents_in))
+    return {"stats": stats, "files": out["files"]}
+
+
+def _shard(run: StageRun) -> dict[str, Any]:
+    from pipelines.shard import write_shards
+
+    pack = run.inputs["pack"].stats
+    vocab = run.inputs["tokenizer"].product["tokenizer"]["vocab_size"]
+    sizes = {s: (v["examples"], v["tokens"]) for s, v in pack["splits"].items()}
+    infos = write_shards(run.read("pack"), run.corpus, run.cfg.shard, generation=run.key,
+                         vocab_size=vocab, sizes=sizes)
+    total = sum(i.bytes for i in infos)
+    tokens = sum(i.num_tokens for i in infos)
+    return {"stats": {"shards": len(infos), "bytes": total, "tokens": tokens,
+                      "bytes_per_token": round(total / max(tokens, 1), 3)},
+            "product": {"shards": [dataclasses.asdict(i) for i in infos]}}
+
+
+STAGES: tuple[Stage, ...] = (
+    Stage("ingest", (), ("ingest", "rejected"), _ingest, retries=2),
+    Stage("filter", ("ingest",), ("filter", "rejected"), _filter),
+    Stage("exact_dedup", ("filter",), ("dedup", "rejected"), _exact_dedup),
+    Stage("near_dedup", ("exact_dedup",), ("dedup", "rejected"), _near_dedup),
+    Stage("tokenizer", ("near_dedup",), ("tokenizer",), _tokenizer, cached_data=False),
+    Stage("pack", ("near_dedup", "tokenizer"), ("pack",), _pack),
+    Stage("shard", ("pack", "tokenizer"), ("shard",), _shard, retries=2, cached_data=False),
+)
+DOCUMENT_STAGES = ("ingest", "filter", "exact_dedup", "near_dedup")

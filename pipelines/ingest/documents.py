@@ -1,0 +1,172 @@
+"""Ingestion: sources → document rows ``{id, uid, text, reason, detail, url}`` (docs/interfaces.md).
+
+Sources are local files, directories (recursive, sorted, hidden files skipped), globs and URIs
+(``s3://``, ``gs://``, ``https://``, read through ``common.storage``); ``resolve_sources`` expands
+them up front and fails with ``SourceError`` naming the source
+before any work starts. Formats by extension (after an optional ``.gz``/``.bz2``/``.zst``):
+
+* plain text (``.txt`` and anything unrecognised), split by ``IngestConfig.text_mode``:
+  ``file`` (the whole file is one document), ``blank_line`` (documents separated by blank
+  lines) or ``line`` (every non-blank line is a document; blank lines are separators, not
+  empty documents);
+* JSON Lines (``.jsonl``, ``.ndjson``): one document per record, field
+  ``IngestConfig.jsonl_field``;
+* ``.json``: a JSON array of records when its first non-space byte is ``[`` (streamed element by
+  element, ``json_array``), else JSON Lines;
+* WARC/WET (``.warc``, ``.wet``, ``.warc.wet``, usually ``.gz`` per record): text payloads of
+  ``conversion``/``resource``/``response`` records, the ``WARC-Target-URI`` in ``url`` (``warc``);
+* Parquet (``.parquet``, ``.pq``): column ``IngestConfig.parquet_column``, read one row group at a
+  time. Parquet needs random access, so a compressed Parquet file is first decompressed to a
+  temporary file (disk, not memory).
+
+Everything but Parquet is streamed (``streams.stream_rows``): memory per file is bounded by
+``max_document_bytes`` plus one read chunk, whatever the file size. Lines end at ``\\n``,
+``\\r\\n`` or a lone ``\\r``. Bytes become text per document (``encodings``): strict UTF-8, else
+a detected charset (``detect_charset``, ``fallback_encoding``); a file with a UTF-16/32 BOM is
+transcoded to UTF-8 while streaming. Each kept row says in ``encoding`` how it was decoded; the
+ingest stage counts that column into its statistics (``"encodings": {"utf-8": n, ...}``) and
+does not write it.
+
+Compressed files are read twice: a decompress-only pass finds the *verified prefix* (the end of
+the last gzip member / bz2 stream / zstd frame that passed its integrity check,
+``integrity.verify``), and every document not entirely inside it is quarantined, so garbage
+decoded from a damaged member before its checksum fails is never kept.
+
+Bad input is never fatal. It becomes a row with a ``reason`` (and a capped prefix of its text or
+bytes for the quarantine): ``ingest:corrupt_compression`` (every document not inside the
+verified prefix, each a row; a member cut off by the end of the file counts as unverified unless
+``keep_truncated_member``), ``ingest:binary`` (a document with NUL bytes or more than
+``max_control_ratio`` control bytes, wherever it is), ``ingest:invalid_utf8`` (that document
+only: not UTF-8 and no charset fits, or damaged UTF-8, or ``detect_charset`` off),
+``ingest:empty_file`` (a file that yields no document at all), ``ingest:empty_document``,
+``ingest:oversize`` (skipped without being held whole), ``ingest:bad_json``,
+``ingest:missing_field``, ``ingest:bad_parquet``, and for WARC: ``ingest:warc_skipped`` (a
+``warcinfo``/``request``/``metadata``/``revisit``/``continuation`` record, counted, not a
+document), ``ingest:html`` (an HTML payload: no HTML text extractor ships),
+``ingest:unsupported_payload`` (another type, or a payload under a transfer/content encoding),
+``ingest:bad_warc`` (an unparseable record; reading the file stops there). Failing storage is not bad input: an I/O
+error reading the file (``text_stream.StorageError``, or an ``OSError`` opening it) is raised,
+so the orchestrator's retries deal with it instead of a file being quarantined by a hiccup.
+
+Ids (``sources``): ``"{name}:{offset}"``, offset = the byte offset of the document's first byte
+in the decompressed stream; ``uid`` is a 63-bit blake2b of the id.
+"""
+from __future__ import annotations
+
+from typing import Iterator
+
+import numpy as np
+
+from common.hashing import stable_uid
+from pipelines.config import IngestConfig
+from pipelines.ingest.integrity import ALL_GOOD, verify
+from pipelines.ingest.parquet import parquet_rows
+from pipelines.ingest.splitters import Row
+from pipelines.ingest.streams import stream_rows
+from pipelines.ingest.text_stream import compression_of
+from pipelines.ingest.warc import WARC_SUFFIXES
+
+TEXT_MODES = ("file", "blank_line", "line")
+JSONL_SUFFIXES = (".jsonl", ".ndjson")
+JSON_SUFFIXES = (".json",)
+PARQUET_SUFFIXES = (".parquet", ".pq")
+# Document row columns; ``encoding`` (how a kept document was decoded) is counted into the ingest
+# stage's statistics and not written (``parts.write_documents``).
+COLUMNS = ("id", "uid", "text", "reason", "detail", "url", "encoding")
+STR_COLUMNS = ("id", "text", "reason", "detail", "url", "encoding")
+# A batch is also closed at this many text characters, so a run of large documents cannot make
+# a block of batch_size × max_document_bytes.
+BATCH_CHARS = 32 << 20
+
+
+# ---------------------------------------------------------------------------------------------
+# Rows and batches
+# ---------------------------------------------------------------------------------------------
+def rows_to_batch(rows: list[Row]) -> dict[str, np.ndarray]:
+    """Document rows as a numpy batch (object arrays of ``str``, ``uid`` as int64)."""
+    batch = {name: np.empty(len(rows), dtype=object) for name in STR_COLUMNS}
+    for i, row in enumerate(rows):
+        (batch["id"][i], batch["text"][i], batch["reason"][i], batch["detail"][i], batch["url"][i],
+         batch["encoding"][i]) = row
+    batch["uid"] = np.fromiter((stable_uid(r.id) for r in rows), dtype=np.int64, count=len(rows))
+    return {name: batch[name] for name in COLUMNS}
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading one file (or one byte range of it)
+# ---------------------------------------------------------------------------------------------
+def read_documents(path: str, cfg: IngestConfig, *, start: int = 0, end: int | None = None,
+                   name: str | None = None) -> Iterator[dict[str, np.ndarray]]:
+    """Stream the documents of one file as batches of at most ``cfg.batch_size`` rows
+    (fewer when they reach ``BATCH_CHARS`` characters of text).
+
+    With ``start``/``end`` (uncompressed text or JSONL only), only the documents whose first
+    byte lies in ``[start, end)`` are read: the ranges of a partition yield every document once.
+    """
+    _check_config(cfg)
+    rows: list[Row] = []
+    chars = 0
+    for row in iter_rows(path, cfg, start=start, end=end, name=name):
+        rows.append(row)
+        chars += len(row.text)
+        if len(rows) >= cfg.batch_size or chars >= BATCH_CHARS:
+            yield rows_to_batch(rows)
+            rows, chars = [], 0
+    if rows:
+        yield rows_to_batch(rows)
+
+
+def iter_rows(path: str, cfg: IngestConfig, *, start: int = 0, end: int | None = None,
+              name: str | None = None) -> Iterator[Row]:
+    """Every row of one file (or byte range), documents and rejects, in file order.
+
+    Ids are ``"{name}:{offset}"``; ``name`` defaults to ``path`` (``ingest_dataset`` passes the
+    path relative to the sources' root, so ids do not depend on where the corpus is mounted).
+    """
+    name = name or path
+    compression, base_name = compression_of(path)
+    kind = file_kind(base_name)
+    whole = start == 0 and end is None
+    if not whole and not splittable(path, cfg):
+        raise ValueError(f"{path}: byte ranges need uncompressed text or JSONL (not {kind}, "
+                         f"compression {compression}, text_mode {cfg.text_mode})")
+    if kind == "parquet":
+        rows = (Row(*r, encoding="utf-8" if not r[2] else "")  # Parquet strings are UTF-8
+                for r in parquet_rows(path, compression=compression, column=cfg.parquet_column,
+                                      max_document_bytes=cfg.max_document_bytes, name=name))
+    else:
+        verified = verify(path, compression, keep_truncated=cfg.keep_truncated_member) if whole else ALL_GOOD
+        rows = stream_rows(path, compression, kind, cfg=cfg, start=start, end=end, name=name,
+                           verified=verified)
+    n = 0
+    for row in rows:
+        n += 1
+        yield row
+    if n == 0 and whole:  # a range may legitimately hold no document start
+        suffix = "row0" if kind == "parquet" else "0"
+        yield Row(f"{name}:{suffix}", "", "ingest:empty_file", "the file holds no document")
+
+
+def file_kind(name: str) -> str:
+    """``text``, ``jsonl``, ``json``, ``warc`` or ``parquet`` from a file name without its
+    compression suffix."""
+    lower = name.lower()
+    for kind, suffixes in (("parquet", PARQUET_SUFFIXES), ("jsonl", JSONL_SUFFIXES), ("json", JSON_SUFFIXES),
+                           ("warc", WARC_SUFFIXES)):
+        if lower.endswith(suffixes):
+            return kind
+    return "text"
+
+
+def splittable(path: str, cfg: IngestConfig) -> bool:
+    """Whether a file can be read as independent byte ranges."""
+    compression, name = compression_of(path)
+    kind = file_kind(name)
+    return compression is None and (kind == "jsonl" or (kind == "text" and cfg.text_mode != "file"))
+
+
+def _check_config(cfg: IngestConfig) -> None:
+    if cfg.text_mode not in TEXT_MODES:
+        raise ValueError(f"ingest.text_mode={cfg.text_mode!r}; expected one of {TEXT_MODES}")
+    if cfg.batch_size < 1 or cfg.max_document_bytes < 1:
+        raise ValueError("ingest.batch_size and ingest.max_document_bytes must be positive")
