@@ -8,12 +8,33 @@ it is the machine that wrote the data (Ray workers and the driver share only the
 Commit semantics, the same on every store:
 
 * ``write_bytes`` is all-or-nothing for readers. On a local disk the data goes to a temporary
-  file in the same folder, is fsynced and ``os.replace``-d into place; on an object store it is
-  one PUT (S3 and GCS make an object visible only once its upload completes, and an interrupted
-  multipart upload is never visible).
+  file in the same folder (mode from the umask), is fsynced, checked and ``os.replace``-d into
+  place; on an object store it is one PUT (S3 and GCS make an object visible only once its
+  upload completes, and an interrupted multipart upload is never visible), then a HEAD checks
+  the store holds exactly ``len(data)`` bytes: a proxy or gateway that stored fewer is caught
+  here, and the PUT is sent again.
 * There are no renames of folders (object stores have none, and a copy is not atomic). A
   multi-file output is committed by one small file written last that lists the files (a stage's
   ``_SUCCESS``, the corpus ``manifest.json``): readers trust only what it lists, never a listing.
+
+Failures (the policy and its trade-offs: ``common.retry``). Every call retries transient errors
+(throttling, 5xx, dropped connections, timeouts, short answers) with jittered exponential
+backoff for up to ``ELECTRA_STORE_RETRY_SECONDS`` (default 300 s), logging each retry, then
+raises ``StoreUnavailableError``; permanent ones (access denied, a missing bucket) raise
+``StorageError`` at once, one line naming the object and what to check. A missing object keeps
+each call's answer: ``read_bytes``/``open_input`` raise "no such file", ``size``/``info`` return
+None, ``listdir``/``find`` an empty list (a missing bucket is an error there; ``exists`` says
+False and ``remove`` has nothing to do). Retrying is safe: every operation here is idempotent.
+
+Reads deliver every byte or fail. An ``open_input`` stream on an object store resumes: after a
+transient error mid-stream it opens the object again (refused if its size or ETag changed) and
+goes on from the position reached, each read with a budget of the same length. Its size comes
+from a HEAD, so a stream that ends before that size is an error, and on S3 one that reaches it
+is probed with a 1-byte ranged GET past the end (one request per stream read to its end) so
+that a HEAD under-reporting the size is an error too, not a short read. ``size``/``info``
+report what the HEAD says; ``du`` sums the listing. ``read_range(s)`` slices
+(``data[start:end]``, clipped at the end) and an answer shorter than the object holds there is
+retried, then an error. Writes cost one HEAD more, for the check above.
 
 Credentials and endpoints come from the environment the client libraries already read:
 ``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``,
@@ -27,23 +48,24 @@ import json
 import os
 import posixpath
 import tempfile
+import threading
 from contextlib import contextmanager
 from typing import IO, Any, Iterator
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
+from common import retry
+from common.retry import MissingObject, StorageError, StoreUnavailableError  # noqa: F401  (this API)
+
 READ_ONLY = ("http", "https")
 # Environment variables that tell a client library where a store is and who we are; a Ray
 # cluster's workers get the driver's values (pipelines.engine.raydata.init_ray).
 STORE_ENV = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
-             "AWS_SESSION_TOKEN", "AWS_DEFAULT_REGION", "AWS_REGION", "GOOGLE_APPLICATION_CREDENTIALS")
+             "AWS_SESSION_TOKEN", "AWS_DEFAULT_REGION", "AWS_REGION", "GOOGLE_APPLICATION_CREDENTIALS",
+             "AWS_MAX_ATTEMPTS", "AWS_RETRY_MODE", retry.ENV)
 _NO_LISTING_CACHE = {"s3": {"use_listings_cache": False}, "gs": {"use_listings_cache": False},
                      "gcs": {"use_listings_cache": False}}
-
-
-class StorageError(OSError):
-    """A location that cannot be used (missing bucket or key, read-only store, failed I/O)."""
 
 
 def protocol(uri: str) -> str:
@@ -89,12 +111,17 @@ def full_uri(fs: fsspec.AbstractFileSystem, path: str) -> str:
 
 
 # ------------------------------------------------------------------------------ reading
+def _absent(exc: BaseException) -> bool:
+    """A missing object or folder (answered per call); a missing bucket is an error instead."""
+    return isinstance(exc, FileNotFoundError) and not retry.missing_bucket(exc)
+
+
 def read_bytes(uri: str) -> bytes:
     fs, path = url_to_fs(uri)
     try:
-        return fs.cat_file(path)
+        return retry.call("read_bytes", uri, lambda: fs.cat_file(path))
     except FileNotFoundError as exc:
-        raise StorageError(f"{uri}: no such file") from exc
+        raise MissingObject(f"{uri}: no such file") from exc
 
 
 def read_text(uri: str) -> str:
@@ -109,70 +136,166 @@ def read_json(uri: str) -> Any:
         raise StorageError(f"{uri}:{exc.lineno}: invalid JSON: {exc.msg}") from exc
 
 
+def read_range(uri: str, start: int, end: int) -> bytes:
+    """Bytes ``[start, end)`` of one object, as ``data[start:end]`` (one ranged GET on a store)."""
+    return read_ranges([(uri, start, end)])[0]
+
+
+def read_ranges(requests: list[tuple[str, int, int]]) -> list[bytes]:
+    """``data[start:end]`` of each ``(uri, start, end)``, in order; on an object store the ranged
+    GETs run concurrently (``cat_ranges``). All URIs must be on the same store.
+
+    A range past the end is clipped as slicing clips it (the object's size is looked up only
+    when an answer is short); an answer shorter than the object holds there is retried, then an
+    error. Failed ranges are retried, ranges already read are not."""
+    for uri, start, end in requests:
+        if not 0 <= int(start) <= int(end):
+            raise ValueError(f"{uri}: byte range [{start}, {end}) is not 0 <= start <= end")
+    out: list[bytes | None] = [b"" if int(s) == int(e) else None for _, s, e in requests]
+    if all(o is not None for o in out):
+        return [bytes(o) for o in out]
+    fs, _ = url_to_fs(requests[0][0])
+    paths = [url_to_fs(uri)[1] for uri, _, _ in requests]
+    attempts = retry.Attempts("read_ranges", requests[0][0])
+    while pending := [i for i, o in enumerate(out) if o is None]:
+        failed = requests[pending[0]][0]  # the URI a failure of the whole batch is reported under
+        try:
+            got = fs.cat_ranges([paths[i] for i in pending], [int(requests[i][1]) for i in pending],
+                                [int(requests[i][2]) for i in pending], on_error="return")
+            failure = None
+            for i, data in zip(pending, got):
+                uri, start, end = requests[i]
+                try:
+                    out[i] = _checked_range(uri, int(start), int(end), data)
+                except Exception as exc:  # noqa: BLE001 (the first failure decides, below)
+                    failure, failed = (exc, uri) if failure is None else (failure, failed)
+            if failure is not None:
+                raise failure
+        except Exception as exc:  # noqa: BLE001 (classified by Attempts.failed)
+            try:
+                attempts.failed(exc, failed)
+            except FileNotFoundError as missing:
+                raise MissingObject(f"{failed}: no such file") from missing
+    return [bytes(o) for o in out]
+
+
+def _checked_range(uri: str, start: int, end: int, data: bytes | BaseException) -> bytes:
+    if isinstance(data, BaseException):
+        if not retry.out_of_range(data):
+            raise data
+        data = b""  # the range starts at or past the end (S3: 416): slicing gives b""
+    if len(data) > end - start:
+        raise retry.Mismatch(f"asked for bytes [{start}, {end}) and got {len(data)}")
+    if len(data) < end - start:
+        held = size(uri)
+        want = max(0, min(end, held if held is not None else 0) - start)
+        if len(data) != want:
+            raise retry.Mismatch(f"read {len(data)} bytes of [{start}, {end}) but the store holds {want} there")
+    return bytes(data)
+
+
 @contextmanager
 def open_input(uri: str, block_size: int | None = None) -> Iterator[IO[bytes]]:
-    """A binary file object for streaming reads (ranged GETs on object stores)."""
+    """A binary file object for streaming reads (ranged GETs on object stores) that resumes
+    after transient errors (module docstring); local files are opened as they are."""
     fs, path = url_to_fs(uri)
     kwargs = {"block_size": block_size} if block_size and not isinstance(fs, LocalFileSystem) else {}
     try:
-        f = fs.open(path, "rb", **kwargs)
+        f = retry.call("open_input", uri, lambda: fs.open(path, "rb", **kwargs))
     except FileNotFoundError as exc:
-        raise StorageError(f"{uri}: no such file") from exc
+        raise MissingObject(f"{uri}: no such file") from exc
+    if not isinstance(fs, LocalFileSystem) and getattr(f, "size", None) is not None and f.seekable():
+        f = retry.ResumableInput(uri, fs, path, kwargs, f, probe_end=protocol(uri) in ("s3", "s3a"))
     with f:
         yield f
 
 
 def exists(uri: str) -> bool:
     fs, path = url_to_fs(uri)
-    return fs.exists(path)
+    return retry.call("exists", uri, lambda: fs.exists(path))
 
 
 def size(uri: str) -> int | None:
-    """Size in bytes, or None when the location does not exist."""
-    fs, path = url_to_fs(uri)
-    try:
-        return int(fs.size(path))
-    except FileNotFoundError:
-        return None
+    """Size in bytes (what the store's metadata says), or None when the location does not exist."""
+    got = info(uri)
+    return None if got is None else int(got["size"])
 
 
 def info(uri: str) -> dict[str, Any] | None:
     """The store's metadata of one object (size, mtime or ETag), or None when it does not exist."""
     fs, path = url_to_fs(uri)
-    try:
-        return fs.info(path)
-    except FileNotFoundError:
-        return None
+
+    def attempt():
+        try:
+            return fs.info(path)
+        except FileNotFoundError as exc:
+            if _absent(exc):
+                return None
+            raise
+    return retry.call("info", uri, attempt)
 
 
 def listdir(uri: str) -> list[str]:
     """Names (not paths) directly under ``uri``; empty when it does not exist."""
     fs, path = url_to_fs(uri)
-    try:
-        entries = fs.ls(path, detail=False)
-    except FileNotFoundError:
-        return []
-    return sorted(posixpath.basename(str(e).rstrip("/")) for e in entries)
+
+    def attempt():
+        try:
+            return fs.ls(path, detail=False)
+        except FileNotFoundError as exc:
+            if _absent(exc):
+                return []
+            raise
+    return sorted(posixpath.basename(str(e).rstrip("/")) for e in retry.call("listdir", uri, attempt))
 
 
 def find(uri: str) -> list[str]:
     """Every file below ``uri``, as paths relative to it (``/``-separated), sorted."""
     fs, path = url_to_fs(uri)
     root = path.rstrip("/")
-    try:
-        found = fs.find(root)
-    except FileNotFoundError:
-        return []
-    return sorted(str(p)[len(root):].lstrip("/") for p in found if str(p) != root)
+
+    def attempt():
+        try:
+            return fs.find(root)
+        except FileNotFoundError as exc:
+            if _absent(exc):
+                return []
+            raise
+    return sorted(str(p)[len(root):].lstrip("/") for p in retry.call("find", uri, attempt) if str(p) != root)
+
+
+def list_sizes(uri: str) -> dict[str, int]:
+    """Every file below ``uri`` whose listing gives a size, as ``{relative path: bytes}`` (no
+    request per file; an http index often gives none: ask ``info`` by name); empty when the
+    folder does not exist."""
+    fs, path = url_to_fs(uri)
+    root = path.rstrip("/")
+
+    def attempt():
+        try:
+            return fs.find(root, detail=True)
+        except FileNotFoundError as exc:
+            if _absent(exc):
+                return {}
+            raise
+    found = retry.call("list", uri, attempt)
+    return {str(p)[len(root):].lstrip("/"): int(i["size"]) for p, i in found.items()
+            if str(p) != root and i.get("type", "file") == "file" and i.get("size") is not None}
 
 
 def du(uri: str) -> int:
-    """Total bytes of every file below ``uri``."""
+    """Total bytes of every file below ``uri``, as the listing says (fsspec's ``du`` would ask
+    for each file's metadata in turn: a HEAD per object)."""
     fs, path = url_to_fs(uri)
-    try:
-        return int(sum(fs.du(path, total=False).values()))
-    except FileNotFoundError:
-        return 0
+
+    def attempt():
+        try:
+            return int(sum(int(i.get("size") or 0) for i in fs.find(path, detail=True).values()))
+        except FileNotFoundError as exc:
+            if _absent(exc):
+                return 0
+            raise
+    return retry.call("du", uri, attempt)
 
 
 # ------------------------------------------------------------------------------ writing
@@ -182,16 +305,41 @@ def _writable(uri: str) -> None:
 
 
 def write_bytes(uri: str, data: bytes) -> None:
-    """Write ``data`` so that readers see either the previous object or all of the new one."""
+    """Write ``data`` so that readers see either the previous object or all of the new one, and
+    check that the store holds exactly ``len(data)`` bytes (retried, then an error)."""
     _writable(uri)
     if is_local(uri):
-        _write_local(local_path(uri), data)
+        retry.call("write_bytes", uri, lambda: _write_local(local_path(uri), data))
         return
     fs, path = url_to_fs(uri)
-    try:
+
+    def attempt():
         fs.pipe_file(path, data)
-    except FileNotFoundError as exc:  # the bucket does not exist
+        held = fs.info(path).get("size")
+        if held != len(data):  # a proxy or gateway that stores a cut body still answers 200
+            raise retry.Mismatch(f"wrote {len(data)} bytes but the store holds {held}")
+    try:
+        retry.call("write_bytes", uri, attempt)
+    except FileNotFoundError as exc:
         raise StorageError(f"{uri}: cannot write ({exc})") from exc
+
+
+_UMASK_LOCK = threading.Lock()
+
+
+def _umask() -> int:
+    """The process's umask without changing it (Linux reports it; elsewhere set-and-restore)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    with _UMASK_LOCK:
+        mask = os.umask(0o022)
+        os.umask(mask)
+    return mask
 
 
 def _write_local(path: str, data: bytes) -> None:
@@ -199,10 +347,14 @@ def _write_local(path: str, data: bytes) -> None:
     os.makedirs(folder, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
     try:
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600 whatever the umask
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
+            held = os.fstat(f.fileno()).st_size
+        if held != len(data):
+            raise retry.Mismatch(f"wrote {len(data)} bytes but the store holds {held}")
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -221,10 +373,13 @@ def write_json(uri: str, obj: Any, *, indent: int | None = 2) -> None:
 def remove(uri: str, *, recursive: bool = False) -> None:
     """Delete a file (or a whole folder with ``recursive``); a missing location is fine."""
     fs, path = url_to_fs(uri)
-    try:
-        fs.rm(path, recursive=recursive)
-    except FileNotFoundError:
-        pass
+
+    def attempt():
+        try:
+            fs.rm(path, recursive=recursive)
+        except FileNotFoundError:
+            pass
+    retry.call("remove", uri, attempt)
 
 
 # ------------------------------------------------------------------------------ checks
@@ -238,10 +393,8 @@ def check_output(uri: str) -> None:
         return
     fs, path = url_to_fs(uri)
     bucket = path.split("/", 1)[0]
-    try:
-        present = fs.exists(bucket)
-    except PermissionError as exc:
-        raise StorageError(f"{uri}: no access to bucket {bucket!r} ({exc})") from exc
-    if not present:
+    try:  # the bucket's own metadata (S3: HEAD bucket): s3fs's exists() says False on any error
+        retry.call("check_output", uri, lambda: fs.info(bucket))
+    except FileNotFoundError as exc:
         where = os.environ.get("AWS_ENDPOINT_URL", "") if protocol(uri) == "s3" else ""
-        raise StorageError(f"{uri}: bucket {bucket!r} does not exist" + (f" at {where}" if where else ""))
+        raise StorageError(f"{uri}: bucket {bucket!r} does not exist" + (f" at {where}" if where else "")) from exc

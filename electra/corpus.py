@@ -182,27 +182,25 @@ def check_shards(corpus: CorpusInfo, split: str, *,
 def _file_sizes(folder: str) -> dict[str, int]:
     """Name -> size of the files directly in ``folder``, from one listing (empty when the store
     has no such folder or cannot list)."""
-    fs, path = storage.url_to_fs(folder)
-    try:
-        entries = fs.ls(path, detail=True)
-    except (FileNotFoundError, NotImplementedError):
-        return {}
-    return {posixpath.basename(e["name"].rstrip("/")): int(e["size"]) for e in entries
-            if e.get("type") == "file" and e.get("size") is not None}
+    return {name: size for name, size in storage.list_sizes(folder).items() if "/" not in name}
 
 
 def read_shard(shard: ShardRef, *, attempts: int = READ_ATTEMPTS) -> schema.Examples:
     """All examples of a shard, parsed and verified against the manifest in one streaming read.
 
-    A failing read (connection reset, timeout: an ``OSError`` other than a missing object) is
-    retried from the start, ``attempts`` times with a growing pause, then raised as
-    ``ShardReadError`` naming the shard; a missing or altered shard is never retried.
+    ``common.storage`` already retries transient store errors inside the read (and raises
+    ``StoreUnavailableError`` when the store stays down: passed on as it is). Any other failing
+    read (an ``OSError`` other than a missing object) is retried from the start, ``attempts``
+    times with a growing pause, then raised as ``ShardReadError`` naming the shard; a missing or
+    altered shard is never retried.
     """
     for attempt in range(1, attempts + 1):
         try:
             return _read_verified(shard)
-        except storage.StorageError as exc:
+        except storage.MissingObject as exc:
             raise CorruptShardError(f"{shard.uri}: missing (deleted after the manifest was written)") from exc
+        except storage.StoreUnavailableError:
+            raise
         except OSError as exc:
             if attempt == attempts:
                 raise ShardReadError(f"{shard.uri}: read failed {attempts} times ({exc!r})") from exc

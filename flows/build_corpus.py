@@ -1,9 +1,9 @@
 """Prefect flow ``build-corpus``: raw text → WebDataset shards + manifest, one task per stage.
 
 The flow only orders :mod:`pipelines.engine.runner`'s plan: one Prefect task per stage of the stage
-table (with that stage's retries), then ``publish``, then a markdown artifact with each stage's
-statistics. Caching, resume after a kill and pruning are the runner's; the flow holds no
-business logic.
+table, then ``publish``, then a markdown artifact with each stage's statistics. Caching, resume
+after a kill, pruning and retrying a stage whose attempt failed for a passing reason (the store
+unavailable, a lost Ray node) are the runner's; the flow holds no business logic.
 
 Direct use, no server needed::
 
@@ -111,8 +111,7 @@ def build_corpus(source: list[str] | str, out: str, tokenizer: str | None = None
     if pending:
         raydata.init_ray(ray_address, worker_pip=ray_worker_pip)
     for name in pending:
-        retries = build.stages[name].retries
-        run_stage.with_options(name=name, retries=retries, retry_delay_seconds=5)(build, name)
+        run_stage.with_options(name=name)(build, name)
     manifest = publish(build)
     create_markdown_artifact(key="build-corpus-stats", markdown=_stats_table(manifest),
                              description=f"build-corpus → {out}")
@@ -150,15 +149,65 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def user_error(exc: BaseException) -> str | None:
+    """The one line to show for an error the user can act on (a location, a source, a config
+    key, the store), found anywhere in what ``exc`` wraps (Ray wraps task errors); else None."""
+    from common.storage import StorageError
+    from pipelines.dedup.components import ComponentsNotConverged
+    from pipelines.ingest import SourceError
+
+    seen, todo = [], [exc]
+    while todo:
+        e = todo.pop()
+        if e is None or any(e is s for s in seen):
+            continue
+        seen.append(e)
+        if isinstance(getattr(e, "cause", None), BaseException):  # Ray's wrapper of a task's error
+            todo.append(e.cause)
+            continue
+        if isinstance(e, (StorageError, SourceError, strict.ConfigError, ComponentsNotConverged)):
+            return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        todo += [e.__cause__, e.__context__, getattr(e, "cause", None)]
+    return None
+
+
+class _OneLineUserErrors(logging.Filter):
+    """Log records of a user error keep their first line and lose their traceback (Ray Data and
+    Prefect each log a failing task's traceback; the CLI then prints the one line that matters)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and record.exc_info[1] is not None and user_error(record.exc_info[1]) is not None:
+            record.msg, record.args = record.getMessage().splitlines()[0], ()
+            record.exc_info, record.exc_text = None, None
+        return True
+
+
+def quiet_user_errors() -> None:
+    """Install ``_OneLineUserErrors`` on the console handlers of Ray Data, Prefect and the root."""
+    import ray.data  # noqa: F401  (configures Ray Data's loggers and handlers)
+
+    for name in ("ray.data", "ray", "prefect", ""):
+        for handler in logging.getLogger(name).handlers:
+            handler.addFilter(_OneLineUserErrors())
+
+
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     args = parse_args(argv)
-    manifest = build_corpus(source=args.source, out=args.out, tokenizer=args.tokenizer,
-                            vocab_size=args.vocab_size, seq_len=args.seq_len, lowercase=args.lowercase,
-                            validation_fraction=args.validation_fraction, seed=args.seed,
-                            ray_address=args.ray_address, config=args.config, overrides=args.overrides,
-                            keep_cache=args.keep_cache, ray_worker_pip=args.ray_worker_pip,
-                            profile=args.profile)
+    quiet_user_errors()
+    try:
+        manifest = build_corpus(source=args.source, out=args.out, tokenizer=args.tokenizer,
+                                vocab_size=args.vocab_size, seq_len=args.seq_len, lowercase=args.lowercase,
+                                validation_fraction=args.validation_fraction, seed=args.seed,
+                                ray_address=args.ray_address, config=args.config, overrides=args.overrides,
+                                keep_cache=args.keep_cache, ray_worker_pip=args.ray_worker_pip,
+                                profile=args.profile)
+    except Exception as exc:  # a user error is one line; anything else keeps its traceback
+        line = user_error(exc)
+        if line is None:
+            raise
+        print(f"build-corpus: error: {line}", file=sys.stderr)
+        return 2
     for split, info in manifest["splits"].items():
         print(f"{split}: {info['num_documents']} documents, {info['num_examples']} examples, "
               f"{info['num_tokens']} tokens, fill {info['fill']:.1%}")

@@ -190,12 +190,17 @@ class DedupConfig:
     ngram: int = 5  # word n-grams (shingles)
     num_bands: int = 14
     rows_per_band: int = 8  # num_perm = bands * rows = 112; threshold ~ (1/b)^(1/r) ~ 0.72
+    # An LSH candidate is linked only when the Jaccard estimated from the two signatures reaches
+    # this (pipelines/dedup/near.py); null links every candidate (datatrove's behaviour).
+    jaccard_threshold: float | None = 0.7
     seed: int = 1
     max_cc_iterations: int = 50
 
     def validate(self) -> None:
         check(self.ngram >= 1 and self.num_bands >= 1 and self.rows_per_band >= 1,
               "ngram, num_bands and rows_per_band must be >= 1")
+        check(self.jaccard_threshold is None or 0 < self.jaccard_threshold <= 1,
+              "jaccard_threshold must be in (0, 1] or null")
 
 
 @dataclass

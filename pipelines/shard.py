@@ -10,10 +10,12 @@ gets ~``target_bytes`` files. ``bytes`` is estimated from the pack stage's token
 counts at the compact format's cost (``schema``: 2 or 4 bytes per token plus 24 per example).
 
 Each example goes to shard ``hash(uid, ordinal) mod num_shards``, so the assignment depends only
-on the example, never on Ray's block order. Shards are written in parallel (Ray Data ``groupby``
-on the shard number + ``map_groups``: one task per shard), each task encoding its examples with
+on the example, never on Ray's block order. The examples reach their shard's task through the
+storage shuffle (``pipelines.engine.shuffle``: one partition per shard, map files of ~128 MB, so
+the shuffle creates objects in proportion to the payload, not to blocks x shards; the payload
+never sits in Ray's object store). One task per shard encodes its examples with
 ``schema.encode_shard`` (sorted by key, fixed tar headers: the same examples give byte-identical
-files) and writing the tar straight to its final name with one atomic write. Nothing is renamed
+files) and writes the tar straight to its final name with one atomic write, checked on the store. Nothing is renamed
 afterwards (an object store has no rename), so the shard number is the file's number; a shard
 number that received no example is written as an empty tar by the driver, which keeps the names
 contiguous (``{000000..000015}`` brace patterns keep working). Every shard is in a folder named
@@ -25,11 +27,13 @@ import math
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from common import storage
 from common.hashing import hash64, sha256_bytes
 from pipelines import schema
 from pipelines.config import ShardConfig
+from pipelines.engine.shuffle import PART, reduce, shuffle
 
 _ASSIGN_SALT = 0x5A4D_0F_5AD5
 _EXAMPLE_BYTES = 24  # layout (2 x uint32) + keys (2 x uint64) per example
@@ -47,35 +51,54 @@ def shard_count(num_examples: int, num_bytes: int, cfg: ShardConfig) -> int:
     return max(1, min(num_examples, wanted))
 
 
-def assign(batch: dict[str, np.ndarray], *, counts: dict[str, int]) -> dict[str, np.ndarray]:
-    """Column ``group`` = split index << 32 | shard number of every example row."""
-    uid = np.asarray(batch["uid"]).astype(np.int64)
-    ordinal = np.asarray(batch["ordinal"]).astype(np.int64)
+def shard_numbers(uid: np.ndarray, ordinal: np.ndarray, split: np.ndarray, counts: dict[str, int]) -> np.ndarray:
+    """Each example's shard as one number: the shards of the splits in ``schema.SPLITS`` order,
+    numbered one after another (train 0..n-1, then validation); a function of (uid, ordinal,
+    split) only, never of the batch it arrives in."""
+    uid, ordinal = np.asarray(uid).astype(np.int64), np.asarray(ordinal).astype(np.int64)
     h = hash64(_ASSIGN_SALT, uid) ^ hash64(_ASSIGN_SALT + 1, ordinal)
-    splits = np.asarray(batch["split"], dtype=object)
+    splits = np.asarray(split, dtype=object)
     unknown = ~np.isin(splits, schema.SPLITS)
     if unknown.any():
         raise ValueError(f"example of uid {uid[unknown][0]}: unknown split {splits[unknown][0]!r}")
     group = np.empty(len(h), dtype=np.int64)
-    for i, split in enumerate(schema.SPLITS):
-        here = splits == split
+    first = 0
+    for name in schema.SPLITS:
+        here = splits == name
         if here.any():
-            group[here] = (i << 32) + (h[here] % np.uint64(counts[split])).astype(np.int64)
-    return {**batch, "group": group}
+            group[here] = first + (h[here] % np.uint64(counts[name])).astype(np.int64)
+        first += counts[name]
+    return group
 
 
-def rows_to_examples(batch: dict[str, np.ndarray]) -> schema.Examples:
-    ids = [np.asarray(x) for x in batch["input_ids"]]
-    lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
-    tokens = np.concatenate(ids) if ids else np.zeros(0, np.int64)
-    return schema.Examples(tokens, lengths, batch["b_start"], batch["uid"], batch["ordinal"])
+def _assign(table: pa.Table, *, counts: dict[str, int]) -> pa.Table:
+    """Example rows with their shard in ``_part`` (the shuffle's partition)."""
+    cols = {c: table.column(c).to_numpy(zero_copy_only=False) for c in ("uid", "ordinal", "split")}
+    return table.append_column(PART, pa.array(shard_numbers(cols["uid"], cols["ordinal"], cols["split"], counts)))
 
 
-def _write_group(batch: dict[str, np.ndarray], *, folder: str, generation: str, vocab_size: int,
-                 chunk_tokens: int) -> dict[str, np.ndarray]:
-    group = int(batch["group"][0])
-    split, index = schema.SPLITS[group >> 32], group & 0xFFFFFFFF
-    examples = rows_to_examples(batch)
+def shard_of(part: int, counts: dict[str, int]) -> tuple[str, int]:
+    """(split, shard number) of shuffle partition ``part`` (``assign``'s numbering)."""
+    for split in schema.SPLITS:
+        if part < counts[split]:
+            return split, part
+        part -= counts[split]
+    raise ValueError(f"partition {part} past the last shard")
+
+
+def rows_to_examples(table: pa.Table) -> schema.Examples:
+    """Example rows (a pyarrow table) as ``schema.Examples``, without a Python object per row."""
+    ids = table.column("input_ids").combine_chunks()
+    lengths = np.diff(ids.offsets.to_numpy()).astype(np.int64)
+    tokens = ids.flatten().to_numpy(zero_copy_only=False)
+    cols = {c: table.column(c).to_numpy(zero_copy_only=False) for c in ("b_start", "uid", "ordinal")}
+    return schema.Examples(tokens, lengths, cols["b_start"], cols["uid"], cols["ordinal"])
+
+
+def _write_group(table: pa.Table, *, partition: int, folder: str, generation: str, vocab_size: int,
+                 chunk_tokens: int, counts: dict[str, int]) -> dict[str, np.ndarray]:
+    split, index = shard_of(partition, counts)
+    examples = rows_to_examples(table)
     rel = schema.shard_name(generation, split, index)
     data = schema.encode_shard(examples, vocab_size=vocab_size, chunk_tokens=chunk_tokens, where=rel)
     storage.write_bytes(storage.join(folder, rel), data)
@@ -85,27 +108,30 @@ def _write_group(batch: dict[str, np.ndarray], *, folder: str, generation: str, 
 
 
 def write_shards(examples: Any, corpus: str, cfg: ShardConfig, *, generation: str, vocab_size: int,
-                 sizes: dict[str, tuple[int, int]]) -> list[schema.ShardInfo]:
+                 sizes: dict[str, tuple[int, int]], work: str) -> tuple[list[schema.ShardInfo], dict[str, Any]]:
     """Write the example rows of ``examples`` (a Ray Dataset with ``uid``, ``ordinal``,
     ``split``, ``input_ids``, ``b_start``) as shards of ``corpus``.
 
-    ``sizes`` = per split (examples, tokens), as the pack stage counted them. Returns one
-    :class:`schema.ShardInfo` per shard, train shards first, in name order.
+    ``sizes`` = per split (examples, tokens), as the pack stage counted them; the shuffle's files
+    go under ``work`` (deleted here). Returns one :class:`schema.ShardInfo` per shard, train
+    shards first, in name order, and the shuffle's statistics ({} when nothing was shuffled).
     """
     unknown = sorted(set(sizes) - set(schema.SPLITS))
     if unknown:
         raise ValueError(f"examples with unknown split(s) {unknown}; expected {schema.SPLITS}")
     counts = {s: shard_count(n, estimated_bytes(n, t, vocab_size), cfg)
               for s, (n, t) in ((s, sizes.get(s, (0, 0))) for s in schema.SPLITS)}
-    written = []
+    written, stats = [], {}
     if sum(counts.values()):
-        written = (examples.select_columns(["uid", "ordinal", "split", "input_ids", "b_start"])
-                   .map_batches(assign, fn_kwargs={"counts": counts}, batch_format="numpy")
-                   .groupby("group")
-                   .map_groups(_write_group, batch_format="numpy",
-                               fn_kwargs={"folder": corpus, "generation": generation, "vocab_size": vocab_size,
-                                          "chunk_tokens": cfg.chunk_tokens})
-                   .take_all())
+        keyed = (examples.select_columns(["uid", "ordinal", "split", "input_ids", "b_start"])
+                 .map_batches(_assign, fn_kwargs={"counts": counts}, batch_format="pyarrow"))
+        shuffled = shuffle(keyed, partitions=sum(counts.values()), folder=storage.join(work, "shards"),
+                           name="shard_examples")
+        written = reduce(shuffled, _write_group, batch_format="pyarrow", with_partition=True,
+                         fn_kwargs={"folder": corpus, "generation": generation, "vocab_size": vocab_size,
+                                    "chunk_tokens": cfg.chunk_tokens, "counts": counts}).take_all()
+        shuffled.remove()
+        stats = shuffled.stats
     infos = {r["path"]: schema.ShardInfo(path=str(r["path"]), split=str(r["split"]),
                                          num_examples=int(r["num_examples"]), num_tokens=int(r["num_tokens"]),
                                          bytes=int(r["bytes"]), sha256=str(r["sha256"])) for r in written}
@@ -116,7 +142,7 @@ def write_shards(examples: Any, corpus: str, cfg: ShardConfig, *, generation: st
             if rel not in infos:  # no example hashed here: an empty tar keeps the numbering
                 storage.write_bytes(storage.join(corpus, rel), empty)
                 infos[rel] = schema.ShardInfo(rel, split, 0, 0, len(empty), sha256_bytes(empty))
-    return [infos[k] for k in sorted(infos, key=lambda p: (schema.SPLITS.index(infos[p].split), p))]
+    return [infos[k] for k in sorted(infos, key=lambda p: (schema.SPLITS.index(infos[p].split), p))], stats
 
 
 def example_summary(table: Any) -> dict[str, dict[str, int]]:

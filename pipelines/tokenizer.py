@@ -42,9 +42,10 @@ transformers' BERT/ELECTRA tokenizer classes rebuild a BERT WordPiece from any v
 for every other tokenizer the config holds a value that makes them raise (``NOT_BERT``) instead
 of encoding nearly everything as ``[UNK]``.
 
-Trade-off of the sample: the sample is bounded in bytes (``TokenizerConfig.sample_bytes``) and
-chosen by a hash of (seed, uid), so it does not depend on Ray's block order; rare words outside
-the sample become sub-word pieces, which is what a 30k vocabulary does to them anyway.
+Trade-off of the sample (``pipelines.tokenizer_sample``): the sample is bounded in bytes
+(``TokenizerConfig.sample_bytes``) and chosen by a hash of (seed, uid), so it does not depend on
+Ray's block order; rare words outside the sample become sub-word pieces, which is what a 30k
+vocabulary does to them anyway.
 """
 from __future__ import annotations
 
@@ -59,7 +60,7 @@ import numpy as np
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 from common import storage
-from common.hashing import hash64, sha256_bytes, unit_float
+from common.hashing import sha256_bytes
 from pipelines import schema
 from pipelines.config import TokenizerConfig
 
@@ -68,7 +69,6 @@ MODEL_MAX_LENGTH = 512
 _SCORE_DECIMALS = 6
 _LADDER_STEP = 1e-4  # tokenizers' Unigram penalty step for characters added after EM
 _METASPACE = "\u2581"  # the word-start marker of the Metaspace pre-tokenizer
-_SAMPLE_SLACK = 1.1  # over-sample by 10%, then trim by hash order to the exact byte bound
 
 
 # ---------------------------------------------------------------- pipelines (untrained)
@@ -213,39 +213,6 @@ def train_tokenizer(texts: Iterable[str], cfg: TokenizerConfig, out_dir: str) ->
     _attach_post_processor(tok)
     _check_specials(tok, where="trained tokenizer")
     return _write(tok, kind=cfg.kind, cfg=cfg, out_dir=out_dir)
-
-
-# ---------------------------------------------------------------- sampling
-def _select(batch: dict[str, np.ndarray], *, seed: int, threshold: float) -> dict[str, np.ndarray]:
-    h = hash64(seed, np.asarray(batch["uid"], dtype=np.int64))
-    keep = unit_float(h) < threshold
-    return {"uid": np.asarray(batch["uid"], dtype=np.int64)[keep], "h": h[keep],
-            "text": np.asarray(batch["text"], dtype=object)[keep]}
-
-
-def sample_texts(ds: Any, max_bytes: int, seed: int, *, total_bytes: int) -> list[str]:
-    """At most ``max_bytes`` of document text, chosen by hash(seed, uid), sorted by uid.
-
-    ``total_bytes`` (the UTF-8 size of all texts, which the previous stage counted) fixes a
-    keep rate with 10% slack; one pass keeps the rows under it, which are then trimmed in hash
-    order to the byte bound. Neither step depends on Ray's block order.
-    """
-    total = int(total_bytes)
-    if max_bytes <= 0 or total <= 0:
-        return []
-    rate = min(1.0, _SAMPLE_SLACK * max_bytes / total)
-    rows = ds.select_columns(["uid", "text"]).map_batches(
-        _select, fn_kwargs={"seed": seed, "threshold": rate}, batch_format="numpy").take_all()
-    rows.sort(key=lambda r: (int(r["h"]), int(r["uid"])))
-    chosen, used = [], 0
-    for r in rows:
-        n = len(r["text"].encode("utf-8", "surrogatepass"))
-        if used + n > max_bytes:
-            continue  # a smaller document further on may still fit
-        chosen.append(r)
-        used += n
-    chosen.sort(key=lambda r: int(r["uid"]))
-    return [str(r["text"]) for r in chosen]
 
 
 # ---------------------------------------------------------------- pretrained

@@ -33,3 +33,26 @@ def run_in_group(cmd: list[str], *, cwd: str, env: dict[str, str], timeout: floa
             proc.wait()
         log.seek(0)
         return Finished(code, log.read())
+
+
+def kill_mentioning(text: str) -> None:
+    """SIGKILL every process whose command line mentions ``text`` (e.g. a Ray cluster's own
+    ``--temp-dir``, which every process of its nodes names, the log and autoscaler monitors
+    too: they name the GCS by the node's resolved IP, so a port match misses them). Repeated
+    until none is left, in case one was being spawned during a pass."""
+    for _ in range(5):
+        found = 0
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    mentions = text.encode() in f.read()
+            except OSError:
+                continue
+            if mentions and int(pid) != os.getpid():
+                found += 1
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        if not found:
+            return

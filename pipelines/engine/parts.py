@@ -13,17 +13,26 @@ second read and no shuffle, and the counts are exact because they count what was
   the quarantine no longer costs as much disk as the corpus.
 
 A file's name is a hash of its rows' keys, so a retried task rewrites the same file instead of
-adding a second copy. The files a stage produced are listed in its completion marker
-(``pipelines.engine.runner``); readers open exactly those, never "whatever is in the folder", so the
-leftovers of a killed attempt are never read. Row groups are small (at most ``ROW_GROUP_ROWS``
-rows and about ``ROW_GROUP_BYTES``) because Ray's Parquet reader splits files by row group: the
-next stage gets parallel read tasks even from one big part, and even when its rows are whole
-books (58 novels in one 2,048-row group were one task of the pack stage).
+adding a second copy. Every part is checked on the store right after it is written: its size
+(``storage.write_bytes``) and, for Parquet, the row count in the footer read back from the store,
+so a truncated or short object fails the task that wrote it, naming it. The files a stage
+produced are listed in its completion marker (``pipelines.engine.runner``) with their rows, bytes
+and row groups; readers open exactly those, never "whatever is in the folder", so the leftovers
+of a killed attempt are never read.
+
+Reading (``Parts.read``) is planned from that list alone, with no call to the store: one read
+task per run of row groups of about ``READ_TASK_BYTES`` (at least ``MIN_READ_TASKS`` tasks when
+the parts allow), every byte through ``common.storage`` (retried on a store outage; Ray's own
+Parquet reader would go around it). Row groups are small (at most ``ROW_GROUP_ROWS`` rows and
+about ``ROW_GROUP_BYTES``) so that even one big part, or one whose rows are whole books, gives
+several parallel tasks. A task knows which part it reads (``with_file`` adds its index as
+``_file``), which is how dedup joins its marks to the documents without moving any text.
 """
 from __future__ import annotations
 
 import json
-from typing import Any, Callable
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -32,6 +41,11 @@ from common import storage
 
 ROW_GROUP_ROWS = 2048
 ROW_GROUP_BYTES = 4 << 20
+# A read task covers about this many bytes of Parquet, and a stage is read by at least
+# MIN_READ_TASKS tasks where its row groups allow: from the data, never from the CPUs present.
+READ_TASK_BYTES = 32 << 20
+MIN_READ_TASKS = 16
+FILE_COLUMN = "_file"
 _ZSTD_LEVEL = 6
 
 
@@ -54,6 +68,21 @@ def parquet_bytes(table: pa.Table) -> bytes:
         rows = max(1, min(rows, ROW_GROUP_BYTES * table.num_rows // table.nbytes))
     pq.write_table(table, sink, row_group_size=rows)
     return sink.getvalue().to_pybytes()
+
+
+def write_parquet(folder: str, name: str, table: pa.Table) -> dict[str, Any]:
+    """Write ``table`` as part ``name``, check it on the store, return its record."""
+    import pyarrow.parquet as pq
+
+    data = parquet_bytes(table)
+    uri = storage.join(folder, name)
+    storage.write_bytes(uri, data)
+    with storage.open_input(uri) as f:  # the footer as the store holds it (two ranged reads)
+        meta = pq.read_metadata(f)
+    if meta.num_rows != table.num_rows:
+        raise storage.StorageError(f"{uri}: wrote {table.num_rows} rows but the stored footer says "
+                                   f"{meta.num_rows}")
+    return {"name": name, "rows": table.num_rows, "bytes": len(data), "row_groups": meta.num_row_groups}
 
 
 def _summary(**fields: Any) -> dict[str, np.ndarray]:
@@ -97,12 +126,12 @@ def _write_document_block(table: pa.Table, *, data: str, rejected: str, prefix_c
         # Ingest's decoding of each document ("utf-8", "cp1252", ...): counted, not written.
         encodings = language_counts(table.column(ENCODING_COLUMN).to_pylist(), reason.to_pylist())
         table = table.drop_columns([ENCODING_COLUMN])
+    if FILE_COLUMN in table.column_names:  # which input part a row came from: not written
+        table = table.drop_columns([FILE_COLUMN])
     kept, dropped = table.filter(kept_mask), table.filter(pc.invert(kept_mask))
     files, stats = [], {}
     if kept.num_rows:
-        name = part_name([kept.column("uid").to_numpy()], "parquet")
-        storage.write_bytes(storage.join(data, name), parquet_bytes(kept))
-        files.append({"name": name, "rows": kept.num_rows})
+        files.append(write_parquet(data, part_name([kept.column("uid").to_numpy()], "parquet"), kept))
     rejected_files = []
     if dropped.num_rows:
         name = part_name([dropped.column("uid").to_numpy()], "jsonl.zst")
@@ -184,8 +213,7 @@ def _write_example_block(table: pa.Table, *, data: str,
     files = []
     if table.num_rows:
         name = part_name([table.column("uid").to_numpy(), table.column("ordinal").to_numpy()], "parquet")
-        storage.write_bytes(storage.join(data, name), parquet_bytes(table))
-        files.append({"name": name, "rows": table.num_rows})
+        files.append(write_parquet(data, name, table))
     return _summary(files=files, splits=summarise(table))
 
 
@@ -204,14 +232,72 @@ def write_examples(ds: Any, *, data: str, summarise: Callable[[pa.Table], dict[s
 
 
 # ------------------------------------------------------------------------------ reading
-def read_parts(folder: str, files: list[dict[str, Any]]) -> Any:
-    """The listed Parquet parts of a stage as one Dataset (nothing else in the folder is read)."""
-    import ray
+@dataclass(frozen=True)
+class Parts:
+    """The listed Parquet parts of a stage: ``files`` records as ``write_documents`` and
+    ``write_examples`` return them (name, rows, bytes, row_groups), in their listed order (a
+    part's index in it is its ``_file``)."""
+    folder: str
+    files: tuple[dict[str, Any], ...]
 
-    # Largest parts first: Ray reads them in this order, so the big tasks run early and the
-    # small ones fill in at the end instead of one large task running alone on the last core.
-    ordered = sorted(files, key=lambda f: (-int(f.get("rows", 0)), f["name"]))
-    uris = [storage.join(folder, f["name"]) for f in ordered]
-    if not uris:
-        return ray.data.from_items([])
-    return ray.data.read_parquet(uris)
+    @property
+    def rows(self) -> int:
+        return sum(int(f["rows"]) for f in self.files)
+
+    def tasks(self) -> list[dict[str, Any]]:
+        """Read tasks: (part index, name, first row group, end row group), largest first."""
+        total = sum(int(f.get("bytes", 0)) for f in self.files)
+        target = max(1, min(READ_TASK_BYTES, -(-total // MIN_READ_TASKS)))
+        tasks = []
+        for index, f in enumerate(self.files):
+            groups = max(1, int(f.get("row_groups", 1)))
+            k = max(1, min(groups, -(-int(f.get("bytes", 0)) // target)))
+            cuts = [groups * j // k for j in range(k + 1)]
+            tasks += [{"index": index, "name": f["name"], "first": a, "end": b, "groups": groups,
+                       "bytes": int(f.get("bytes", 0)) * (b - a) // groups} for a, b in zip(cuts, cuts[1:])]
+        # Largest first, so the big tasks run early and small ones fill in at the end.
+        return sorted(tasks, key=lambda t: (-t["bytes"], t["index"], t["first"]))
+
+    def read(self, *, with_file: bool = False, transform: Callable | None = None,
+             transform_kwargs: dict[str, Any] | None = None) -> Any:
+        """The rows of every listed part as a Dataset (nothing else in the folder is read).
+
+        ``with_file`` adds the int64 column ``_file`` (the part's index); ``transform(table,
+        index, **transform_kwargs)`` is applied to each task's rows in the task that read them.
+        """
+        import ray
+
+        tasks = self.tasks()
+        if not tasks:
+            return ray.data.from_items([])
+        return ray.data.from_items(tasks, override_num_blocks=len(tasks)).map_batches(
+            _read_tasks, batch_size=1, batch_format="pyarrow",
+            fn_kwargs={"folder": self.folder, "with_file": with_file, "transform": transform,
+                       "transform_kwargs": transform_kwargs or {}})
+
+
+def read_task(folder: str, task: dict[str, Any]) -> pa.Table:
+    """The rows of one read task (row groups ``[first, end)`` of one part), read through storage."""
+    import pyarrow.parquet as pq
+
+    uri = storage.join(folder, task["name"])
+    if task["first"] == 0 and task["end"] == task["groups"]:  # the whole part: one GET
+        return pq.read_table(pa.BufferReader(storage.read_bytes(uri)))
+    with storage.open_input(uri) as f:
+        return pq.ParquetFile(f).read_row_groups(list(range(task["first"], task["end"])))
+
+
+def _read_tasks(batch: pa.Table, *, folder: str, with_file: bool, transform: Callable | None,
+                transform_kwargs: dict[str, Any]) -> Iterator[pa.Table]:
+    for task in batch.to_pylist():
+        table = read_task(folder, task)
+        if with_file:
+            table = table.append_column(FILE_COLUMN, pa.array(np.full(table.num_rows, task["index"], np.int64)))
+        if transform is not None:
+            table = transform(table, task["index"], **transform_kwargs)
+        yield table
+
+
+def read_parts(folder: str, files: list[dict[str, Any]]) -> Any:
+    """The listed Parquet parts of a stage as one Dataset (``Parts(folder, files).read()``)."""
+    return Parts(folder, tuple(files)).read()

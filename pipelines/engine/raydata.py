@@ -1,4 +1,4 @@
-"""Ray Data plumbing of the corpus pipeline, in one place: start-up, data context, shuffles.
+"""Ray Data plumbing of the corpus pipeline, in one place: start-up, data context, partition counts.
 
 * ``init_ray``: local Ray by default; with an address, a cluster. On a cluster the driver ships
   the project's own packages (``common``, ``pipelines``) as ``py_modules`` and the variables
@@ -17,21 +17,17 @@
 * ``partitions_for``: shuffle partition counts from the data size (with a fixed floor), never
   from the CPUs present at start. An autoscaling cluster whose head has 0 CPUs would otherwise get the minimum, and a
   small corpus on a big cluster hundreds of empty partitions.
-* ``group_apply``: apply a numpy function to whole hash partitions of a dataset (the one shuffle
-  primitive used by dedup and connected components).
+
+The shuffles themselves are the project's storage shuffle (``pipelines.engine.shuffle``), and
+stage inputs are read by the project's own read tasks (``parts.Parts.read``): Ray Data runs
+map tasks only, so none of its shuffle or reader settings matter any more.
 """
 from __future__ import annotations
 
 import math
 import os
-from typing import Callable
-
-import numpy as np
-
 from common import storage
-from common.hashing import fmix64
 
-PART = "_part"
 # Bytes of shuffled rows per partition. Sorting and reducing 64 MB in one task takes seconds;
 # much smaller partitions make the fixed per-task cost dominate, much larger ones hold a
 # worker's heap for long.
@@ -82,34 +78,22 @@ def init_ray(address: str | None = None, *, num_cpus: int | None = None, worker_
 def configure_data_context() -> None:
     """Ray Data settings sized to the work rather than Ray's defaults.
 
-    Shuffles (groupby) use Ray's task-based sort shuffle instead of the default actor-based hash
-    shuffle: the latter starts a pool of aggregator actors for every shuffle, which cost 4-7 s
-    per shuffle on a small cluster (measured on 100k rows, 4 partitions, against ~0.5 s for the
-    sort shuffle). Our shuffles move only small (hash, uid) rows keyed by a partition number.
-
-    Parquet is read through Ray's V1 datasource: the V2 reader (the 2.60 default) bin-packs small
-    files into one read task and ignores ``override_num_blocks``, so a stage whose input is under
-    ~100 MB ran as ONE task whatever the cluster. V1 reads one task per file or row-group range.
-    Reads aim at 16 blocks at least: below that many row groups Ray splits each read task's
-    output, and a split read can no longer fuse with the map after it (1.3 of 2 cores busy,
-    measured); the floor keeps blocks small on small clusters too (packing 80 MB in 4 blocks on
-    one CPU cost 26% more CPU time than in 16). This is a read-parallelism hint, not a data
-    partitioning: the data written does not depend on it.
+    Ray Data reserves half of the cluster's resources per operator by default. On a small
+    cluster that left our fused read->map->write operators running ONE task at a time on two
+    CPUs (16 tasks of 0.2 s: 3.4 s with the reservation, 1.8 s without, measured). Our plans
+    are one fused operator per stage (the shuffles run their map and reduce sides as separate
+    executions), so there is no downstream operator for a reservation to protect from
+    starvation. Errors raised in our map functions surface as themselves. Progress bars only
+    with ``ELECTRA_PROGRESS`` set.
     """
     import ray
-    from ray.data.context import ShuffleStrategy
 
     ctx = ray.data.DataContext.get_current()
-    ctx.shuffle_strategy = ShuffleStrategy.SORT_SHUFFLE_PULL_BASED
-    ctx.use_datasource_v2 = False
-    cpus = max(1, int(ray.cluster_resources().get("CPU", 2)))
-    ctx.read_op_min_num_blocks = max(16, 4 * cpus)
-    # Ray Data reserves half of the cluster's resources per operator by default. On a small
-    # cluster that left our fused read->map->write operators running ONE task at a time on two
-    # CPUs (16 tasks of 0.2 s: 3.4 s with the reservation, 1.8 s without, measured). Our plans
-    # are one fused operator per stage, or shuffles (barriers), so there is no downstream
-    # operator for a reservation to protect from starvation.
     ctx.op_resource_reservation_enabled = False
+    # An error in our code reaches the caller as itself (a StorageError naming the object), not
+    # wrapped in Ray Data's UserCodeException: the runner decides from its type whether a stage
+    # attempt may be retried, and the CLI prints its one line.
+    ctx.raise_original_map_exception = True
     ctx.enable_progress_bars = bool(os.environ.get("ELECTRA_PROGRESS", ""))
 
 
@@ -118,37 +102,3 @@ def partitions_for(num_bytes: int, *, partition_bytes: int = PARTITION_BYTES) ->
     least ``MIN_PARTITIONS``; the same on any cluster, whatever CPUs it has at the start."""
     wanted = math.ceil(max(0, num_bytes) / partition_bytes)
     return int(min(MAX_PARTITIONS, max(MIN_PARTITIONS, wanted)))
-
-
-def add_partition(batch: dict[str, np.ndarray], *, key: str, num_partitions: int) -> dict:
-    """Column ``_part``: a hash of the int64 key column, so equal keys meet in one partition."""
-    mixed = fmix64(np.asarray(batch[key]).astype(np.uint64))
-    out = dict(batch)
-    out[PART] = (mixed % np.uint64(num_partitions)).astype(np.int64)
-    return out
-
-
-def group_apply(ds, fn: Callable[[dict], dict], *, key: str, num_partitions: int):
-    """Apply ``fn`` to whole hash partitions of ``ds`` by the int64 column ``key``.
-
-    Every row with a given key value reaches the same ``fn`` call; ``fn`` gets a numpy batch
-    (``_part`` column removed) and returns a numpy batch. ``num_partitions`` is the number of
-    distinct ``_part`` values, i.e. of ``fn`` calls; under the sort shuffle that
-    ``configure_data_context`` selects, Ray sizes the shuffle's reduce tasks itself and ignores
-    ``groupby``'s own ``num_partitions`` (it is passed for the hash shuffle).
-    """
-    def run(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        return fn({k: v for k, v in batch.items() if k != PART})
-
-    keyed = ds.map_batches(add_partition, batch_format="numpy",
-                           fn_kwargs={"key": key, "num_partitions": num_partitions})
-    return keyed.groupby(PART, num_partitions=num_partitions).map_groups(run, batch_format="numpy")
-
-
-def gather_columns(ds, columns: tuple[str, ...]) -> dict[str, np.ndarray]:
-    """Every row of the small int64 columns of ``ds``, concatenated on the driver."""
-    import ray
-
-    blocks = ray.get(ds.select_columns(list(columns)).to_numpy_refs())
-    return {c: np.concatenate([np.zeros(0, np.int64)] + [np.asarray(b[c], np.int64) for b in blocks])
-            for c in columns}

@@ -7,9 +7,16 @@ shape the output, never on outputs (``pipelines.engine.stages``).
 
 Completion markers. Stage ``s`` with key ``k`` keeps its private files in ``.work/s-k/`` of the
 output location; ``.work/s-k/_SUCCESS`` is written last and records the stage's statistics and
-the exact files it produced (``StageResult``). A stage whose marker is missing is run from
-scratch: its folder is emptied first, so the leftovers of a killed attempt are never read. On an
-object store nothing is renamed; the marker, one atomic write, is the commit.
+the exact files it produced (``StageResult``), after every one of them was found on the store
+with the size the stage wrote (``checks.check_outputs``: one listing per folder). A stage whose
+marker is missing is run from scratch: its folder is emptied first, so the leftovers of a killed
+attempt are never read. On an object store nothing is renamed; the marker, one atomic write, is
+the commit.
+
+Retries. An attempt that fails for a reason that can pass (the store unavailable past the
+storage layer's own retries, a lost Ray node or worker: ``checks.transient``) is discarded, its
+folder emptied, and the stage runs again, up to ``attempts`` times in all; any other failure
+(a config error, a permanent store error such as a 403) is raised at once.
 
 Planning. A stage runs when it has no marker, or when a stage that must run needs its data and
 that data was pruned. Pruning: once every consumer of a stage has finished, its data parts are
@@ -37,20 +44,25 @@ from common.hashing import digest
 from pipelines import schema
 from pipelines.config import CorpusConfig
 from pipelines.ingest import Sources, resolve_sources
+from pipelines.engine.checks import check_outputs, expected_outputs, transient, unwrapped
 from pipelines.engine.stages import CODE_VERSION, LIBRARIES, STAGES, Stage, StageResult, StageRun, tokenizer_fingerprint
 
 log = logging.getLogger("pipelines.engine.runner")
 SUCCESS = "_SUCCESS"
+# Attempts per stage when an attempt fails for a reason that can pass (engine.checks.transient).
+STAGE_ATTEMPTS = 3
 
 
 class CorpusBuild:
     """One build of a corpus at ``out`` (a path or URI) from ``sources`` with ``cfg``."""
 
-    def __init__(self, sources: list[str] | Sources, out: str, cfg: CorpusConfig, *, keep_cache: bool = False):
+    def __init__(self, sources: list[str] | Sources, out: str, cfg: CorpusConfig, *, keep_cache: bool = False,
+                 attempts: int = STAGE_ATTEMPTS):
         self.sources = sources if isinstance(sources, Sources) else resolve_sources(sources)
         self.out = str(out)
         storage.check_output(self.out)
         self.cfg, self.keep_cache, self.stages = cfg, keep_cache, {s.name: s for s in STAGES}
+        self.attempts = max(1, int(attempts))
         self.order = [s.name for s in STAGES]
         self.keys: dict[str, str] = {}
         for s in STAGES:
@@ -129,16 +141,32 @@ class CorpusBuild:
             if r is None or r.pruned:
                 raise RuntimeError(f"stage {name}: input stage {i} has no data (run the plan in order)")
             inputs[i] = r
-        storage.remove(self.cache(name), recursive=True)  # a killed attempt's leftovers
-        self._results.pop(name, None)
         run = StageRun(stage=stage, key=key, cfg=self.cfg, corpus=self.out, cache=self.cache(name),
                        sources=self.sources, inputs=inputs, cache_of=self.cache)
         start = time.perf_counter()
-        record = stage.run(run)
+        for attempt in range(1, self.attempts + 1):
+            storage.remove(self.cache(name), recursive=True)  # a killed or failed attempt's leftovers
+            self._results.pop(name, None)
+            try:
+                record = stage.run(run)
+                check_outputs(expected_outputs(self.out, run.cache, run.rejected, record))
+                break
+            except Exception as exc:
+                if attempt == self.attempts or not transient(exc):
+                    original = unwrapped(exc)
+                    if original is exc:
+                        raise
+                    raise original from None
+                log.warning("stage %s failed (attempt %d of %d): %s: %s; its partial outputs are discarded "
+                            "and it runs again", name, attempt, self.attempts, type(exc).__name__,
+                            str(exc).splitlines()[0] if str(exc) else "")
         seconds = time.perf_counter() - start
-        result = StageResult(name=name, key=key, stats=with_rates(record.get("stats", {}), seconds),
-                             files=record.get("files", []), rejected=record.get("rejected", []),
-                             product=record.get("product", {}))
+        stats = with_rates(record.get("stats", {}), seconds)
+        stats["attempts"] = attempt
+        stats.setdefault("read_tasks", sum(len(run.parts(i).tasks()) for i in stage.inputs
+                                           if self.stages[i].cached_data))
+        result = StageResult(name=name, key=key, stats=stats, files=record.get("files", []),
+                             rejected=record.get("rejected", []), product=record.get("product", {}))
         self._save(result)
         _log(result)
         self._prune_consumed(stage)

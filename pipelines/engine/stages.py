@@ -1,4 +1,4 @@
-"""The stages of build-corpus, as one table: name, inputs, config sections, function, retries.
+"""The stages of build-corpus, as one table: name, inputs, config sections, function.
 
 =============  ======================  ==========================  ===========================
 stage          inputs                  config sections in the key  writes
@@ -22,7 +22,10 @@ timing and statistics are computed in one place.
 
 Document stages share one shape: read the kept documents of the input stage, transform them
 lazily (rows get a ``reason`` when dropped), and let ``parts.write_documents`` write kept rows to
-the stage's cache and dropped rows to ``rejected/<stage>-<key>/`` in the same pass.
+the stage's cache and dropped rows to ``rejected/<stage>-<key>/`` in the same pass. Stages that
+shuffle (the two dedups, shard) or sample (tokenizer) keep their scratch files under ``work/`` of
+their cache folder and delete them once their outputs are written; their statistics list every
+shuffle they ran (``shuffles``: partitions, blocks in, map files, rows, bytes, seconds).
 """
 from __future__ import annotations
 
@@ -39,7 +42,7 @@ from pipelines.engine import parts
 from pipelines.config import CorpusConfig
 from pipelines.ingest import Sources
 
-CODE_VERSION = "4"  # bump when a stage's output format or algorithm changes
+CODE_VERSION = "5"  # bump when a stage's output format or algorithm changes
 
 
 def _versions() -> dict[str, str]:
@@ -90,9 +93,18 @@ class StageRun:
     def rejected(self) -> str:
         return storage.join(self.corpus, rejected_folder(self.stage.name, self.key))
 
+    @property
+    def work(self) -> str:
+        """Scratch space of this attempt (shuffle files); deleted when the stage finishes."""
+        return storage.join(self.cache, "work")
+
+    def parts(self, name: str) -> parts.Parts:
+        """The data parts of input stage ``name``, as its marker lists them."""
+        return parts.Parts(storage.join(self.cache_of(name), "data"), tuple(self.inputs[name].files))
+
     def read(self, name: str) -> Any:
         """The kept rows (documents or examples) of input stage ``name`` as a Dataset."""
-        return parts.read_parts(storage.join(self.cache_of(name), "data"), self.inputs[name].files)
+        return self.parts(name).read()
 
 
 @dataclass(frozen=True)
@@ -101,7 +113,6 @@ class Stage:
     inputs: tuple[str, ...]
     sections: tuple[str, ...]
     run: Callable[[StageRun], dict[str, Any]]
-    retries: int = 0
     cached_data: bool = True  # writes data parts into its cache folder (pruned once consumed)
 
 
@@ -119,7 +130,7 @@ def _documents(run: StageRun, ds: Any, extra: dict[str, Any] | None = None) -> d
 
 
 def _ingest(run: StageRun) -> dict[str, Any]:
-    from pipelines.ingest import ingest_dataset
+    from pipelines.ingest import ingest_dataset, plan_reads
 
     rc = run.cfg.rejected
     out = parts.write_documents(ingest_dataset(run.sources, run.cfg.ingest), data=run.data,
@@ -127,7 +138,8 @@ def _ingest(run: StageRun) -> dict[str, Any]:
                                 full_text=rc.full_text)
     # Kept documents per encoding they were decoded with: a charset fallback is never silent.
     encodings = {enc: c["kept"] for enc, c in sorted(out.get("encodings", {}).items())}
-    stats = {**parts.document_stats(out["reasons"]), "files": len(run.sources.files), "encodings": encodings}
+    stats = {**parts.document_stats(out["reasons"]), "files": len(run.sources.files), "encodings": encodings,
+             "read_tasks": len(plan_reads(run.sources, run.cfg.ingest))}
     return {"stats": stats, "files": out["files"], "rejected": out["rejected"]}
 
 
@@ -146,19 +158,21 @@ def _filter(run: StageRun) -> dict[str, Any]:
 def _exact_dedup(run: StageRun) -> dict[str, Any]:
     from pipelines.dedup import exact_dedup
 
-    ds = run.read("filter")
     if not run.cfg.dedup.exact:
-        return _documents(run, ds)
-    return _documents(run, *exact_dedup(ds, num_docs=run.inputs["filter"].stats["documents_out"]))
+        return _documents(run, run.read("filter"))
+    out = _documents(run, *exact_dedup(run.parts("filter"), work=run.work))
+    storage.remove(run.work, recursive=True)
+    return out
 
 
 def _near_dedup(run: StageRun) -> dict[str, Any]:
     from pipelines.dedup import near_dedup
 
-    ds = run.read("exact_dedup")
     if not run.cfg.dedup.near:
-        return _documents(run, ds)
-    return _documents(run, *near_dedup(ds, run.cfg.dedup, num_docs=run.inputs["exact_dedup"].stats["documents_out"]))
+        return _documents(run, run.read("exact_dedup"))
+    out = _documents(run, *near_dedup(run.parts("exact_dedup"), run.cfg.dedup, work=run.work))
+    storage.remove(run.work, recursive=True)
+    return out
 
 
 # ----------------------------------------------------------------------------- tokenizer
@@ -175,11 +189,13 @@ def _tokenizer(run: StageRun) -> dict[str, Any]:
     if cfg.pretrained:
         info, sample_bytes = tok.load_pretrained(cfg.pretrained, cfg, out), 0
     else:
-        near = run.inputs["near_dedup"]
-        texts = tok.sample_texts(run.read("near_dedup"), cfg.sample_bytes, cfg.sample_seed,
-                                 total_bytes=near.stats["bytes_out"])
-        sample_bytes = sum(len(t.encode("utf-8", "surrogatepass")) for t in texts)
-        info = tok.train_tokenizer(texts, cfg, out)
+        from pipelines.tokenizer_sample import train_on_sample, write_sample
+
+        sample = write_sample(run.parts("near_dedup"), max_bytes=cfg.sample_bytes, seed=cfg.sample_seed,
+                              total_bytes=run.inputs["near_dedup"].stats["bytes_out"],
+                              folder=storage.join(run.work, "sample"))
+        info, sample_bytes = train_on_sample(sample, cfg, out)
+        storage.remove(run.work, recursive=True)
     info.path = rel
     return {"stats": {"vocab_size": info.vocab_size, "sha256": info.sha256, "sample_bytes": sample_bytes},
             "product": {"tokenizer": dataclasses.asdict(info)}}
@@ -245,22 +261,24 @@ def _shard(run: StageRun) -> dict[str, Any]:
     pack = run.inputs["pack"].stats
     vocab = run.inputs["tokenizer"].product["tokenizer"]["vocab_size"]
     sizes = {s: (v["examples"], v["tokens"]) for s, v in pack["splits"].items()}
-    infos = write_shards(run.read("pack"), run.corpus, run.cfg.shard, generation=run.key,
-                         vocab_size=vocab, sizes=sizes)
+    infos, shuffled = write_shards(run.read("pack"), run.corpus, run.cfg.shard, generation=run.key,
+                                   vocab_size=vocab, sizes=sizes, work=run.work)
+    storage.remove(run.work, recursive=True)
     total = sum(i.bytes for i in infos)
     tokens = sum(i.num_tokens for i in infos)
     return {"stats": {"shards": len(infos), "bytes": total, "tokens": tokens,
-                      "bytes_per_token": round(total / max(tokens, 1), 3)},
+                      "bytes_per_token": round(total / max(tokens, 1), 3),
+                      "shuffles": [shuffled] if shuffled else []},
             "product": {"shards": [dataclasses.asdict(i) for i in infos]}}
 
 
 STAGES: tuple[Stage, ...] = (
-    Stage("ingest", (), ("ingest", "rejected"), _ingest, retries=2),
+    Stage("ingest", (), ("ingest", "rejected"), _ingest),
     Stage("filter", ("ingest",), ("filter", "rejected"), _filter),
     Stage("exact_dedup", ("filter",), ("dedup", "rejected"), _exact_dedup),
     Stage("near_dedup", ("exact_dedup",), ("dedup", "rejected"), _near_dedup),
     Stage("tokenizer", ("near_dedup",), ("tokenizer",), _tokenizer, cached_data=False),
     Stage("pack", ("near_dedup", "tokenizer"), ("pack",), _pack),
-    Stage("shard", ("pack", "tokenizer"), ("shard",), _shard, retries=2, cached_data=False),
+    Stage("shard", ("pack", "tokenizer"), ("shard",), _shard, cached_data=False),
 )
 DOCUMENT_STAGES = ("ingest", "filter", "exact_dedup", "near_dedup")

@@ -1,9 +1,11 @@
 """Ingestion: raw sources → document rows (``docs/interfaces.md``).
 
-``sources`` resolves what the user named into files with stable names; ``documents`` reads one
-file (or a byte range of it) into rows, through the format readers beside it (``streams``,
-``text_stream``, ``splitters``, ``json_array``, ``warc``, ``parquet``, ``encodings``,
-``integrity``); ``dataset`` plans the read tasks and runs them on Ray Data.
+``sources`` resolves what the user named into files with stable names and listed sizes;
+``documents`` reads one file (or a byte range of it) into rows, through the format readers beside
+it (``streams``, ``text_stream``, ``splitters``, ``json_array``, ``warc``, ``parquet``,
+``seekable``, ``encodings``); ``members``, ``integrity`` and ``spill`` check compressed input in
+the one pass that reads it, and ``listed`` holds every read to the listed size; ``dataset`` plans
+the read tasks and runs them on Ray Data.
 """
 from pipelines.ingest.dataset import ReadTask, ingest_dataset, plan_reads
 from pipelines.ingest.documents import file_kind, iter_rows, read_documents, splittable

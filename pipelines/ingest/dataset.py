@@ -1,12 +1,25 @@
-"""Ray Data: ``ingest_dataset`` runs one task per file, a generator UDF yielding batches of
-``batch_size`` rows, so a large file streams out as many blocks rather than one huge list. An
-uncompressed text/JSON Lines file larger than ``split_bytes`` is read as several byte ranges in
-parallel (compressed streams cannot be entered in the middle; ``.json``, WARC and a file with a
-UTF-16/32 BOM are read whole by one task). A range owns the documents whose
-first byte lies in it: its reader enters at the first line starting at or after ``start`` (in
-``blank_line`` mode skipping the tail of a document begun earlier, found by looking at the
-previous line), and reads on past ``end`` until the document in progress ends, so a document on
-a boundary is read exactly once and ids equal those of a whole-file read.
+"""Ray Data: ``ingest_dataset`` plans read tasks and runs each as a generator UDF yielding batches
+of ``batch_size`` rows, so a large file streams out as many blocks rather than one huge list.
+
+The plan (``plan_reads``) is made from the sources' listing alone: every file's size comes from
+the one listing per source that ``resolve_sources`` does, so the driver makes no metadata call
+per file (a bucket of 100,000 objects used to cost 100,000 serial HEAD requests). A file larger
+than ``split_bytes`` whose format allows it becomes several tasks, each a byte range
+``[start, end)`` of the file that owns the documents starting in it, with the ids of a whole-file
+read:
+
+* uncompressed text/JSON Lines: the documents whose first byte lies in the range; the reader
+  enters at the first line starting at or after ``start`` (in ``blank_line`` mode skipping the
+  tail of a document begun earlier) and reads on past ``end`` until the document in progress
+  ends (``streams``);
+* uncompressed Parquet: the row groups whose first page lies in the range (``parquet``);
+* zstd text/JSON Lines: the frames starting in the range, through the file's seek table
+  (``seekable``); a ``.zst`` without one is read whole by the range at 0.
+
+gzip and bz2 files, ``.json`` arrays, WARC and ``text_mode=file`` are read by one task. A file
+with a UTF-16/32 BOM is transcoded whole by the task at byte 0 (the listing cannot tell: its other
+tasks read the first bytes and stop). Every task carries the listed size, and its reads are held to it
+(``listed``): a file that delivers less is a storage error, not an empty or short file.
 """
 from __future__ import annotations
 
@@ -14,12 +27,11 @@ from typing import Iterator, NamedTuple
 
 import numpy as np
 
-from common import storage
 from pipelines.config import IngestConfig
 from pipelines.ingest.documents import _check_config, read_documents, splittable
 from pipelines.ingest.sources import SourceError, Sources
 
-# Uncompressed text/JSONL files above this size are read as several byte ranges in parallel.
+# Files above this size whose format allows it are read as several tasks in parallel.
 SPLIT_BYTES = 64 << 20
 
 
@@ -28,36 +40,37 @@ class ReadTask(NamedTuple):
     name: str  # the id prefix: the path relative to the sources' root
     start: int = 0
     end: int = -1  # -1: to the end of the file
+    size: int = -1  # the file's size from the listing; -1: unknown (reads are not checked)
 
 
 def plan_reads(sources: Sources, cfg: IngestConfig, *, split_bytes: int | None = SPLIT_BYTES) -> list[ReadTask]:
-    """One task per file, or per ``split_bytes`` range of a large splittable file."""
+    """One task per file, or per ``split_bytes`` range of a large ``splittable`` file; sizes come
+    from the listing (a file whose listing gave no size is one task)."""
     tasks = []
     for path in sources.files:
-        size = 0
-        if split_bytes and splittable(path, cfg):
-            size = storage.size(path) or 0
-        name = sources.name(path)
-        if size <= (split_bytes or 0):
-            tasks.append(ReadTask(path, name))
+        size, name = sources.size(path), sources.name(path)
+        listed = -1 if size is None else size
+        if not split_bytes or size is None or size <= split_bytes or not splittable(path, cfg):
+            tasks.append(ReadTask(path, name, 0, -1, listed))
             continue
-        tasks.extend(ReadTask(path, name, lo, lo + split_bytes if lo + split_bytes < size else -1)
+        tasks.extend(ReadTask(path, name, lo, lo + split_bytes if lo + split_bytes < size else -1, listed)
                      for lo in range(0, size, split_bytes))
     return tasks
 
 
 def _read_tasks(batch: dict[str, np.ndarray], cfg: IngestConfig) -> Iterator[dict[str, np.ndarray]]:
-    for path, name, start, end in zip(batch["path"], batch["name"], batch["start"], batch["end"]):
-        end = None if int(end) < 0 else int(end)
-        yield from read_documents(str(path), cfg, start=int(start), end=end, name=str(name))
+    for path, name, start, end, size in zip(batch["path"], batch["name"], batch["start"], batch["end"],
+                                            batch["size"]):
+        yield from read_documents(str(path), cfg, start=int(start), end=None if int(end) < 0 else int(end),
+                                  name=str(name), size=None if int(size) < 0 else int(size))
 
 
 def ingest_dataset(sources: Sources, cfg: IngestConfig, *, split_bytes: int | None = SPLIT_BYTES):
     """A Ray Data dataset of the document rows of ``sources``.
 
-    One read task per file; uncompressed text/JSONL files larger than ``split_bytes`` are read as
-    several byte ranges in parallel (``None`` or 0 disables splitting). Workers open the files
-    by their full URI; ids use the root-relative names.
+    One read task per file, or several for a large splittable file (``plan_reads``; ``None`` or
+    0 disables splitting). Workers open the files by their full URI; ids use the root-relative
+    names.
     """
     import ray.data
 

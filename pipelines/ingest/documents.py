@@ -27,15 +27,20 @@ transcoded to UTF-8 while streaming. Each kept row says in ``encoding`` how it w
 ingest stage counts that column into its statistics (``"encodings": {"utf-8": n, ...}``) and
 does not write it.
 
-Compressed files are read twice: a decompress-only pass finds the *verified prefix* (the end of
-the last gzip member / bz2 stream / zstd frame that passed its integrity check,
-``integrity.verify``), and every document not entirely inside it is quarantined, so garbage
-decoded from a damaged member before its checksum fails is never kept.
+Every file is read once. A compressed file is decompressed member by member (gzip members, bz2
+streams, zstd frames), and a document's row is released only once every member it touches has
+passed its integrity check; rows waiting for a check are held in a bounded buffer that spills to a
+local temporary file (``integrity``), so garbage decoded from a damaged member before its
+checksum fails is never kept, and a 50 GB single-member gzip never sits in memory.
+
+Reads are held to the size the sources' listing gave (``listed``): a file that delivers fewer
+bytes (a wrong Content-Length, a file cut after it was listed) is a storage error naming the file,
+the listed size and the bytes read, never an empty or short document.
 
 Bad input is never fatal. It becomes a row with a ``reason`` (and a capped prefix of its text or
-bytes for the quarantine): ``ingest:corrupt_compression`` (every document not inside the
-verified prefix, each a row; a member cut off by the end of the file counts as unverified unless
-``keep_truncated_member``), ``ingest:binary`` (a document with NUL bytes or more than
+bytes for the quarantine): ``ingest:corrupt_compression`` (every document touching a member
+that failed its check, each a row, then one row for the rest; a member cut off by the end of the
+file counts as unverified unless ``keep_truncated_member``), ``ingest:binary`` (a document with NUL bytes or more than
 ``max_control_ratio`` control bytes, wherever it is), ``ingest:invalid_utf8`` (that document
 only: not UTF-8 and no charset fits, or damaged UTF-8, or ``detect_charset`` off),
 ``ingest:empty_file`` (a file that yields no document at all), ``ingest:empty_document``,
@@ -44,9 +49,10 @@ only: not UTF-8 and no charset fits, or damaged UTF-8, or ``detect_charset`` off
 ``warcinfo``/``request``/``metadata``/``revisit``/``continuation`` record, counted, not a
 document), ``ingest:html`` (an HTML payload: no HTML text extractor ships),
 ``ingest:unsupported_payload`` (another type, or a payload under a transfer/content encoding),
-``ingest:bad_warc`` (an unparseable record; reading the file stops there). Failing storage is not bad input: an I/O
-error reading the file (``text_stream.StorageError``, or an ``OSError`` opening it) is raised,
-so the orchestrator's retries deal with it instead of a file being quarantined by a hiccup.
+``ingest:bad_warc`` (an unparseable record; reading the file stops there). Failing storage is not
+bad input: an I/O error reading the file, or a read shorter than the listing
+(``common.storage.StorageError``), is raised, so the orchestrator's retries deal with it instead
+of a file being quarantined by a hiccup.
 
 Ids (``sources``): ``"{name}:{offset}"``, offset = the byte offset of the document's first byte
 in the decompressed stream; ``uid`` is a 63-bit blake2b of the id.
@@ -59,8 +65,8 @@ import numpy as np
 
 from common.hashing import stable_uid
 from pipelines.config import IngestConfig
-from pipelines.ingest.integrity import ALL_GOOD, verify
 from pipelines.ingest.parquet import parquet_rows
+from pipelines.ingest.seekable import seekable_rows
 from pipelines.ingest.splitters import Row
 from pipelines.ingest.streams import stream_rows
 from pipelines.ingest.text_stream import compression_of
@@ -96,17 +102,21 @@ def rows_to_batch(rows: list[Row]) -> dict[str, np.ndarray]:
 # Reading one file (or one byte range of it)
 # ---------------------------------------------------------------------------------------------
 def read_documents(path: str, cfg: IngestConfig, *, start: int = 0, end: int | None = None,
-                   name: str | None = None) -> Iterator[dict[str, np.ndarray]]:
+                   name: str | None = None, size: int | None = None) -> Iterator[dict[str, np.ndarray]]:
     """Stream the documents of one file as batches of at most ``cfg.batch_size`` rows
     (fewer when they reach ``BATCH_CHARS`` characters of text).
 
-    With ``start``/``end`` (uncompressed text or JSONL only), only the documents whose first
-    byte lies in ``[start, end)`` are read: the ranges of a partition yield every document once.
+    With ``start``/``end`` (``splittable`` files only), only the documents owned by the byte
+    range ``[start, end)`` are read: for uncompressed text/JSONL those whose first byte lies in
+    it, for Parquet the row groups starting in it, for a seekable zstd file the documents starting
+    in the frames that start in it. The ranges of a partition yield every document once, with the
+    ids of a whole-file read. ``size`` is the file's size from the listing: reads that end short of
+    it raise ``StorageError`` (None: not checked).
     """
     _check_config(cfg)
     rows: list[Row] = []
     chars = 0
-    for row in iter_rows(path, cfg, start=start, end=end, name=name):
+    for row in iter_rows(path, cfg, start=start, end=end, name=name, size=size):
         rows.append(row)
         chars += len(row.text)
         if len(rows) >= cfg.batch_size or chars >= BATCH_CHARS:
@@ -117,7 +127,7 @@ def read_documents(path: str, cfg: IngestConfig, *, start: int = 0, end: int | N
 
 
 def iter_rows(path: str, cfg: IngestConfig, *, start: int = 0, end: int | None = None,
-              name: str | None = None) -> Iterator[Row]:
+              name: str | None = None, size: int | None = None) -> Iterator[Row]:
     """Every row of one file (or byte range), documents and rejects, in file order.
 
     Ids are ``"{name}:{offset}"``; ``name`` defaults to ``path`` (``ingest_dataset`` passes the
@@ -128,16 +138,17 @@ def iter_rows(path: str, cfg: IngestConfig, *, start: int = 0, end: int | None =
     kind = file_kind(base_name)
     whole = start == 0 and end is None
     if not whole and not splittable(path, cfg):
-        raise ValueError(f"{path}: byte ranges need uncompressed text or JSONL (not {kind}, "
-                         f"compression {compression}, text_mode {cfg.text_mode})")
+        raise ValueError(f"{path}: byte ranges need uncompressed Parquet, or text or JSONL uncompressed or "
+                         f"zstd (not {kind}, compression {compression}, text_mode {cfg.text_mode})")
     if kind == "parquet":
         rows = (Row(*r, encoding="utf-8" if not r[2] else "")  # Parquet strings are UTF-8
                 for r in parquet_rows(path, compression=compression, column=cfg.parquet_column,
-                                      max_document_bytes=cfg.max_document_bytes, name=name))
+                                      max_document_bytes=cfg.max_document_bytes, name=name, start=start,
+                                      end=end, size=size))
+    elif compression == "zstd" and not whole:
+        rows = seekable_rows(path, kind, cfg=cfg, start=start, end=end, name=name, size=size)
     else:
-        verified = verify(path, compression, keep_truncated=cfg.keep_truncated_member) if whole else ALL_GOOD
-        rows = stream_rows(path, compression, kind, cfg=cfg, start=start, end=end, name=name,
-                           verified=verified)
+        rows = stream_rows(path, compression, kind, cfg=cfg, start=start, end=end, name=name, size=size)
     n = 0
     for row in rows:
         n += 1
@@ -159,10 +170,16 @@ def file_kind(name: str) -> str:
 
 
 def splittable(path: str, cfg: IngestConfig) -> bool:
-    """Whether a file can be read as independent byte ranges."""
+    """Whether a file can be read as several byte-range tasks: uncompressed Parquet (by row
+    group), and text (not ``text_mode=file``) or JSONL uncompressed (by line) or zstd (by frame,
+    when the file has a seek table; without one the range at 0 reads it all). gzip and bz2
+    members cannot be found without decompressing what comes before them."""
     compression, name = compression_of(path)
     kind = file_kind(name)
-    return compression is None and (kind == "jsonl" or (kind == "text" and cfg.text_mode != "file"))
+    if kind == "parquet":
+        return compression is None
+    by_line = kind == "jsonl" or (kind == "text" and cfg.text_mode != "file")
+    return by_line and compression in (None, "zstd")
 
 
 def _check_config(cfg: IngestConfig) -> None:

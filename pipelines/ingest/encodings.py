@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import codecs
 import re
+from collections import deque
 from typing import BinaryIO, NamedTuple
 
 import charset_normalizer
@@ -120,19 +121,20 @@ def bom_codec(head: bytes) -> str | None:
 class Transcoder:
     """A readable stream of the UTF-8 transcoding of a UTF-16/32 stream (BOM kept as U+FEFF).
 
-    ``mark`` is an offset in the source stream; ``mark_out`` becomes the matching offset in the
-    output once the source has been read past it (the verified prefix of a compressed file,
-    ``pipelines.integrity``, is known in source bytes but documents are split in output bytes).
+    ``out_offset(n)`` maps an offset in the source stream to the output offset up to which every
+    byte came from source bytes before it: a compressed file's verified offset is known in source
+    bytes (``integrity``), documents are split in output bytes. After every source read the pair
+    (source bytes consumed, output bytes produced) is recorded; ``members.MemberStream`` never
+    returns two members' bytes in one read, so every member end is such a point. Bytes the
+    incremental decoder holds back (half a code unit) count as not yet output: conservative.
     """
 
-    def __init__(self, source: BinaryIO, codec: str, *, head: bytes = b"", chunk: int = 1 << 20,
-                 mark: int | None = None):
+    def __init__(self, source: BinaryIO, codec: str, *, head: bytes = b"", chunk: int = 1 << 20):
         self._source, self._chunk, self._head = source, chunk, head
         self._decoder = codecs.getincrementaldecoder(codec)("surrogatepass")
         self._in = 0  # source bytes consumed
         self._outpos = 0  # output bytes produced
-        self._mark = mark
-        self.mark_out: int | None = None
+        self._marks: deque[tuple[int, int]] = deque([(0, 0)])
 
     def _read_source(self) -> bytes:
         if self._head:
@@ -148,19 +150,23 @@ class Transcoder:
             out = b"\xff"
         self._in += len(data)
         self._outpos += len(out)
+        self._marks.append((self._in, self._outpos))
         return out
+
+    def out_offset(self, source_offset: int) -> int:
+        """The output offset whose bytes all come from source bytes before ``source_offset``
+        (queries must not go backwards: older points are dropped)."""
+        marks = self._marks
+        while len(marks) > 1 and marks[1][0] <= source_offset:
+            marks.popleft()
+        return marks[0][1] if marks[0][0] <= source_offset else 0
 
     def read(self, n: int = -1) -> bytes:
         while True:
             data = self._read_source()
             if not data:
                 return self._encode(b"", final=True)
-            out = b""
-            if self._mark is not None and self.mark_out is None and self._in + len(data) >= self._mark:
-                cut = self._mark - self._in
-                out = self._encode(data[:cut])
-                self.mark_out, data = self._outpos, data[cut:]
-            out += self._encode(data)
+            out = self._encode(data)
             if out:
                 return out
 

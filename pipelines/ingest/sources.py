@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
 
-from common import storage
+from common import retry, storage
 from common.hashing import digest
 
 
@@ -30,14 +30,26 @@ class Sources:
     files: tuple[str, ...]  # full paths or URIs, sorted
     names: tuple[str, ...]  # per file: its path from its source's folder, that folder's name first
     fingerprint: str  # hash of (name, size, mtime or ETag) of every file
+    # Per file: its size in bytes from the listing (None where the store gave none). The planner
+    # splits by it and the readers hold every read to it (``ingest.listed``), so no file needs a
+    # metadata call of its own.
+    sizes: tuple[int | None, ...] = ()
 
     @functools.cached_property
     def _by_file(self) -> dict[str, str]:
         return dict(zip(self.files, self.names))
 
+    @functools.cached_property
+    def _size_by_file(self) -> dict[str, int | None]:
+        return dict(zip(self.files, self.sizes))
+
     def name(self, path: str) -> str:
         """The stable, location-independent name of a file (the prefix of its documents' ids)."""
         return self._by_file[path]
+
+    def size(self, path: str) -> int | None:
+        """The file's size from the listing; None when the listing gave none."""
+        return self._size_by_file.get(path)
 
 
 def resolve_sources(sources: list[str] | str) -> Sources:
@@ -52,7 +64,8 @@ def resolve_sources(sources: list[str] | str) -> Sources:
 
     Fails with ``SourceError`` naming the source before any work starts. One listing per source
     (``find``/``glob`` with details) gives every file's size and modification stamp for the
-    fingerprint, so a bucket of many files costs a few LIST calls, not one HEAD per file.
+    fingerprint, so a bucket of many files costs a few LIST calls, not one HEAD per file; the
+    sizes are kept (``Sources.sizes``) for the planner and for checking what the reads deliver.
     """
     if isinstance(sources, str):
         sources = [sources]
@@ -68,12 +81,13 @@ def resolve_sources(sources: list[str] | str) -> Sources:
             found[uri] = (name, info)
     files = sorted(found)
     names = tuple(found[f][0] for f in files)
-    items = []
+    items, sizes = [], []
     for f, name in zip(files, names):
         info = found[f][1]
         stamp = info.get("ETag") or info.get("etag") or info.get("mtime") or info.get("LastModified") or ""
         items.append([name, info.get("size"), str(stamp)])
-    return Sources(tuple(files), names, digest(items))
+        sizes.append(None if info.get("size") is None else int(info["size"]))
+    return Sources(tuple(files), names, digest(items), tuple(sizes))
 
 
 def _resolve_one(source: str) -> dict[str, tuple[str, dict[str, Any]]]:
@@ -81,34 +95,35 @@ def _resolve_one(source: str) -> dict[str, tuple[str, dict[str, Any]]]:
         fs, path = storage.url_to_fs(source)
     except storage.StorageError as exc:
         raise SourceError(str(exc)) from exc
-    try:
-        if any(ch in path for ch in "*?["):
-            folder = path[:min(path.find(ch) for ch in "*?[" if ch in path)].rsplit("/", 1)[0]
-            found = {}
-            for match, info in sorted(fs.glob(path, detail=True).items()):
-                if _hidden(PurePosixPath(match).name):
-                    continue
-                found.update(_walk(fs, match) if info.get("type") == "directory" else {match: info})
-        elif fs.isdir(path):
-            folder, found = path.rstrip("/"), _walk(fs, path)
-        elif fs.isfile(path):
-            folder, found = path.rsplit("/", 1)[0], {path: fs.info(path)}
-        else:
+    # Listings go through the storage layer's retries: fsspec's isdir/isfile answer False on any
+    # error, so a throttled store would read as a missing source. A permanent error (access
+    # denied, no bucket) is the storage layer's one-line StorageError.
+    if any(ch in path for ch in "*?["):
+        folder = path[:min(path.find(ch) for ch in "*?[" if ch in path)].rsplit("/", 1)[0]
+        found = {}
+        matches = retry.call("glob", source, lambda: fs.glob(path, detail=True))
+        for match, info in sorted(matches.items()):
+            if _hidden(PurePosixPath(match).name):
+                continue
+            found.update(_walk(fs, match, source) if info.get("type") == "directory" else {match: info})
+    else:
+        info = storage.info(source)
+        if info is None:
             raise SourceError(f"{source}: no such file or directory")
-    except (FileNotFoundError, PermissionError) as exc:
-        if isinstance(exc, SourceError):
-            raise
-        raise SourceError(f"{source}: cannot list ({exc})") from exc
+        if info.get("type") == "directory":
+            folder, found = path.rstrip("/"), _walk(fs, path, source)
+        else:
+            folder, found = path.rsplit("/", 1)[0], {path: info}
     if not found:
         raise SourceError(f"{source}: matches no files")
     base = folder.rsplit("/", 1)[0] + "/" if "/" in folder else ""
     return {storage.full_uri(fs, p): (p[len(base):], info) for p, info in found.items()}
 
 
-def _walk(fs, root: str) -> dict[str, dict[str, Any]]:
+def _walk(fs, root: str, source: str) -> dict[str, dict[str, Any]]:
     root_parts = len(PurePosixPath(root).parts)
     out = {}
-    for path, info in fs.find(root, detail=True).items():
+    for path, info in retry.call("find", source, lambda: fs.find(root, detail=True)).items():
         rel = PurePosixPath(path).parts[root_parts:]
         if not any(_hidden(part) for part in rel):
             out[path] = info

@@ -12,8 +12,8 @@ in ``detail`` count from the start of what was read, so for a range they are rel
 
 Bytes become text through ``encodings.decode`` (strict UTF-8, else a detected charset, counted in
 ``Row.encoding``) after ``encodings.binary_reason`` (``ingest:binary`` per document). After each
-returned row, ``row_end`` is the stream offset just past that row's last byte: ingestion compares
-it with the verified prefix of a compressed file (``pipelines.integrity``).
+returned row, ``row_end`` is the stream offset just past that row's last byte: ingestion holds the
+row until a compressed file is verified that far (``integrity``).
 """
 from __future__ import annotations
 

@@ -1,6 +1,8 @@
 """One compressed or plain byte stream → document rows, for every streamed format.
 
-``stream_rows`` opens the file, reads its first chunk and sniffs it:
+``stream_rows`` opens a file (the whole file, or a byte range of an uncompressed one) and hands
+the stream to ``split_stream``, which ``seekable`` also uses for the frames of a seekable zstd
+file. ``split_stream`` reads the first chunk and sniffs it:
 
 * a UTF-16/32 byte-order mark: the stream is transcoded to UTF-8 on the fly
   (``encodings.Transcoder``) and split like any UTF-8 file;
@@ -9,80 +11,143 @@
 * WARC/WET files go to ``warc.WarcReader``; text and JSON Lines to ``text_stream.LineReader``
   and a splitter (``splitters``).
 
-Every path ends in ``_checked``, which enforces the integrity rule of ``pipelines.integrity``:
-a row whose bytes are not entirely inside the verified prefix of a compressed file (computed by
-a first, decompress-only pass) becomes ``ingest:corrupt_compression``, whatever it was, and a
-decompression error ends the file with one more such row for the partial document. Memory per
-file stays ``max_document_bytes`` plus a chunk on every path.
+A range reader enters the stream at an ``Entry``: its first line is skipped when the entry point
+falls inside a line (that line belongs to the document before), and in ``blank_line`` mode a line
+right after a non-blank one continues a document begun before the range, which its owner reads to
+the end (``splitter.skip_foreign``).
+
+Every path ends in ``integrity.released``: the file is read once, and a row of a compressed file
+is released only once every member it touches has passed its check (rows wait, spilling to disk
+past a bound); a damaged member quarantines them as ``ingest:corrupt_compression`` and ends the
+file with one more such row for the partial document. Memory per file stays
+``max_document_bytes`` plus a chunk on every path, plus the bounded wait of ``integrity``.
 """
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Iterator, NamedTuple
 
 from common import storage
 from pipelines.config import IngestConfig
 from pipelines.ingest.encodings import Transcoder, bom_codec
-from pipelines.ingest.integrity import Verified
+from pipelines.ingest.integrity import released
 from pipelines.ingest.json_array import elements, starts_array
-from pipelines.ingest.splitters import Decoding, JsonlSplitter, Row, TextSplitter, quarantine_text
-from pipelines.ingest.text_stream import (CHUNK, CORRUPT_ERRORS, QUARANTINE_BYTES, LineReader, StorageError,
-                                   decompressed, first_line_start, previous_line_blank, read_some)
+from pipelines.ingest.listed import ListedFile, read_exact
+from pipelines.ingest.members import DamagedStream, MemberStream
+from pipelines.ingest.splitters import Decoding, JsonlSplitter, Row, TextSplitter
+from pipelines.ingest.text_stream import CHUNK, LineReader, first_line_start, previous_line_blank, read_some
 from pipelines.ingest.warc import WarcReader
 
 
+class Entry(NamedTuple):
+    """Where a range reader enters a stream and what lies just before (``text_stream.line_before``)."""
+    base: int  # stream offset of the first byte read
+    last: int | None  # the byte before ``base`` (a line end: ``base`` starts a line)
+    blank: bool  # the line holding that byte is blank up to ``base``
+    length: int  # that line's bytes before ``base``
+
+
 def stream_rows(path: str, compression: str | None, kind: str, *, cfg: IngestConfig, start: int,
-                end: int | None, name: str, verified: Verified) -> Iterator[Row]:
-    """Rows of one text/JSONL/JSON/WARC file (or byte range) in file order (``kind``: ``ingest.file_kind``)."""
-    # Only a decompressor can find damaged data; on a plain file every error is I/O.
-    corrupt = CORRUPT_ERRORS if compression else ()
-    with storage.open_input(path) as raw:
-        stream = decompressed(raw, compression)
-        try:
-            head = read_some(stream, CHUNK)
-            codec = bom_codec(head)
-            if codec is not None:  # UTF-16/32: split its UTF-8 transcoding
-                if start > 0:
-                    return  # a transcoded file is read whole by its first range
-                end, stream = None, Transcoder(stream, codec, head=head, mark=verified.end)
-                head = read_some(stream, CHUNK)
-        except StorageError:
-            raise
-        except corrupt as exc:
-            yield Row(f"{name}:0", "", "ingest:corrupt_compression",
-                      f"{type(exc).__name__}: {exc} (at decompressed byte 0)")
-            return
-        how = Decoding.of(cfg)._replace(label=codec or "")
-        limit = _limit(verified, stream if codec is not None else None)
-        if kind == "warc":
-            warc = WarcReader(name, max_document_bytes=cfg.max_document_bytes, how=how)
-            yield from _checked(name, warc.rows(stream, head), warc, limit, verified, corrupt,
-                                lambda: (warc.row_end, b"", warc.row_end))
-            return
-        if kind == "json" and starts_array(head):
-            splitter = JsonlSplitter(name, cfg, unit="record")
-            splitter.how = how
-            lines = elements(stream, max_bytes=cfg.max_document_bytes, head=head)
-            yield from _checked(name, _feed(lines, splitter, None), splitter, limit, verified, corrupt,
-                                lambda: (splitter.row_end, b"", splitter.row_end))
-            return
-        splitter = JsonlSplitter(name, cfg) if kind in ("jsonl", "json") else TextSplitter(name, cfg)
-        splitter.how = how
-        base = 0
+                end: int | None, name: str, size: int | None = None) -> Iterator[Row]:
+    """Rows of one text/JSONL/JSON/WARC file (or byte range of an uncompressed one) in file order
+    (``kind``: ``documents.file_kind``); ``size``: the listed size its reads are held to."""
+    with storage.open_input(path) as f:
+        raw = ListedFile(f, path, size)
+        entry = None
         if start > 0:
+            # The byte-order mark decides whether ranges can be read at all; 4 bytes in one ranged
+            # read, not a buffered read of a whole block at the start of the file.
+            if bom_codec(read_exact(path, 0, 4, size)):
+                return  # a transcoded file is read whole by its first range
             base = first_line_start(raw, start)
-            # In blank_line mode a line right after a non-blank one continues a document that
-            # began before the range: its owner (an earlier range) reads it to the end.
-            splitter.skip_foreign = cfg.text_mode == "blank_line" and not previous_line_blank(raw, base)
-            splitter.base = base
+            entry = Entry(base, 0x0A, previous_line_blank(raw, base, max_line=cfg.max_document_bytes), 0)
             raw.seek(base)
-            head = b""
-        reader = LineReader(stream, max_line=cfg.max_document_bytes, head=head, base=base)
+        members = MemberStream(raw, compression) if compression else None
+        stream = members or (raw if end is None else _Tapered(raw, end))
+        yield from split_stream(stream, kind, cfg=cfg, name=name, end=end, entry=entry, members=members)
 
-        def partial() -> tuple[int, bytes, int]:
-            begin, prefix = splitter.partial(reader.consumed)
-            return begin, prefix + reader.tail, reader.consumed
 
-        yield from _checked(name, _feed(reader, splitter, end), splitter, limit, verified, corrupt, partial)
+class _Tapered:
+    """A byte range's reads: whole chunks up to ``end``, then ``step`` at a time, since past ``end``
+    the reader only finishes its last document (a 1 MiB chunk there would mostly be the next
+    range's bytes, read twice)."""
+
+    def __init__(self, raw: ListedFile, end: int, step: int = 1 << 16):
+        self._raw, self._end, self._step = raw, end, step
+
+    def read(self, n: int = -1) -> bytes:
+        left = self._end - self._raw.position
+        n = min(n, left) if left > 0 else min(n, self._step)
+        return self._raw.read(n)
+
+    read1 = read
+
+
+def split_stream(stream, kind: str, *, cfg: IngestConfig, name: str, end: int | None, entry: Entry | None,
+                 members: MemberStream | None) -> Iterator[Row]:
+    """Rows of a (decompressed) stream: from its start (``entry`` None), or from ``entry`` on;
+    reading stops after the documents that start before ``end``. ``members``: the compressed
+    stream whose checks gate the rows (None: a plain file)."""
+    transcoder = None
+    try:
+        head = b"" if entry is not None else read_some(stream, CHUNK)
+        codec = bom_codec(head)
+        if codec is not None:  # UTF-16/32: split its UTF-8 transcoding, all of it
+            end = None
+            stream = transcoder = Transcoder(stream, codec, head=head)
+            head = read_some(stream, CHUNK)
+    except DamagedStream as exc:
+        yield Row(f"{name}:0", "", "ingest:corrupt_compression",
+                  f"{type(exc).__name__}: {exc} (at decompressed byte 0)")
+        return
+    how = Decoding.of(cfg)._replace(label=codec or "")
+    limit = _limit(members, transcoder)
+    keep = cfg.keep_truncated_member
+    if kind == "warc":
+        warc = WarcReader(name, max_document_bytes=cfg.max_document_bytes, how=how)
+        yield from released(name, warc.rows(stream, head), warc, members, limit,
+                            lambda: (warc.row_end, b"", warc.row_end), keep_truncated=keep)
+        return
+    if kind == "json" and starts_array(head):
+        splitter = JsonlSplitter(name, cfg, unit="record")
+        splitter.how = how
+        lines = elements(stream, max_bytes=cfg.max_document_bytes, head=head)
+        yield from released(name, _feed(lines, splitter, None), splitter, members, limit,
+                            lambda: (splitter.row_end, b"", splitter.row_end), keep_truncated=keep)
+        return
+    splitter = JsonlSplitter(name, cfg) if kind in ("jsonl", "json") else TextSplitter(name, cfg)
+    splitter.how = how
+    reader = LineReader(stream, max_line=cfg.max_document_bytes, head=head, base=entry.base if entry else 0)
+
+    def partial() -> tuple[int, bytes, int]:
+        begin, prefix = splitter.partial(reader.consumed)
+        return begin, prefix + reader.tail, reader.consumed
+
+    lines = reader if entry is None else _entered(reader, splitter, entry, cfg)
+    yield from released(name, _feed(lines, splitter, end), splitter, members, limit, partial, keep_truncated=keep)
+
+
+def _entered(lines, splitter, entry: Entry, cfg: IngestConfig):
+    """The lines of a range from its first own line on, the splitter set up for them.
+
+    The first line is not ours when the entry point falls inside a line, or right between the
+    ``\\r`` and ``\\n`` of one line end; the line before our first is then that line, whole."""
+    lines = iter(lines)
+    first = next(lines, None)
+    if first is None:
+        return
+    blank = entry.blank
+    if entry.last is not None and (entry.last not in (0x0A, 0x0D) or (entry.last == 0x0D and first.data[:1] == b"\n")):
+        blank = (blank and not first.oversize and not first.data.strip()
+                 and entry.length + first.length <= cfg.max_document_bytes)
+        first = next(lines, None)
+        if first is None:
+            return
+    # In blank_line mode a line right after a non-blank one continues a document that began
+    # before the range: its owner (an earlier range) reads it to the end.
+    splitter.skip_foreign = cfg.text_mode == "blank_line" and not blank
+    splitter.base = first.offset
+    yield first
+    yield from lines
 
 
 def _feed(lines, splitter, end: int | None) -> Iterator[Row]:
@@ -97,32 +162,10 @@ def _feed(lines, splitter, end: int | None) -> Iterator[Row]:
         yield row
 
 
-def _limit(verified: Verified, transcoder: Transcoder | None):
-    """A function giving the end of the verified prefix in the offsets documents are split in."""
-    if verified.end is None:
+def _limit(members: MemberStream | None, transcoder: Transcoder | None):
+    """A function giving the verified offset in the offsets documents are split in."""
+    if members is None:
         return lambda: None
     if transcoder is None:
-        return lambda: verified.end
-    # Until the transcoder has read past the verified end, all its output came from before it.
-    return lambda: transcoder.mark_out if transcoder.mark_out is not None else float("inf")
-
-
-def _checked(name: str, rows: Iterator[Row], source, limit, verified: Verified,
-             corrupt: tuple[type[BaseException], ...], partial) -> Iterator[Row]:
-    """``rows``, each document not entirely inside the verified prefix turned into an
-    ``ingest:corrupt_compression`` row; a decompression error ends them with one more such row."""
-    try:
-        for row in rows:
-            stop = limit()
-            if stop is not None and source.row_end > stop:
-                was = f"; it was {row.reason}" if row.reason else ""
-                row = Row(row.id, row.text[:QUARANTINE_BYTES], "ingest:corrupt_compression",
-                          f"{verified.error}; verified data ends at byte {stop}, this document at "
-                          f"byte {source.row_end}{was}", url=row.url)
-            yield row
-    except StorageError:
-        raise
-    except corrupt as exc:
-        start, prefix, good = partial()
-        yield Row(f"{name}:{start}", quarantine_text(prefix), "ingest:corrupt_compression",
-                  f"{type(exc).__name__}: {exc} (good data ends at decompressed byte {good})")
+        return lambda: members.verified
+    return lambda: transcoder.out_offset(members.verified)

@@ -9,34 +9,34 @@ module:
   ``\\r\\n`` across chunks stays one line end. A line longer than ``max_line`` is not accumulated: the
   splitter keeps a short prefix (for the quarantine record), counts the rest while discarding it,
   and reports the line as oversize with its true length and offset.
-* **Damage is data, not a crash.** A truncated or corrupt gzip/bz2/zstd stream raises one of
-  ``CORRUPT_ERRORS`` out of ``read``; the splitter's ``consumed``/``tail`` attributes then say how
-  far the good bytes went, so the caller keeps every complete line before the damage and
-  quarantines the rest with its offset. A failure to read the file itself (disk, network) is
-  not damage: it surfaces as ``StorageError`` and fails the read, so the caller can retry.
+* **Damage is data, not a crash.** A truncated or corrupt gzip/bz2/zstd stream raises
+  ``members.DamagedStream`` (one of ``CORRUPT_ERRORS``) out of ``read``; the splitter's
+  ``consumed``/``tail`` attributes then say how far the good bytes went, so the caller can
+  quarantine the document in progress with its offset (``integrity`` decides about the documents
+  before it). A failure to read the file itself (disk, network, fewer bytes than listed) is not
+  damage: it surfaces as ``StorageError`` and fails the read, so the caller can retry.
 
 Offsets are positions in the *decompressed* stream, which is what document ids are made of.
-
-``zstandard``'s ``stream_reader`` silently stops at a truncated frame, so zstd goes through a
-small ``decompressobj`` loop (``ZstdStream``) that notices a frame left open at end of input. A
-pathological zstd "bomb" can still expand one 64 KB input chunk a lot; that memory is transient.
+Decompression is ``members.MemberStream`` (member by member, each checked).
 """
 from __future__ import annotations
 
-import bz2
-import gzip
 import zlib
 from typing import BinaryIO, Iterator, NamedTuple
 
 import zstandard
 
+from common import storage
+from pipelines.ingest.listed import ListedFile
+from pipelines.ingest.members import DamagedStream, MemberStream
+
 CHUNK = 1 << 20
 # Bytes of a rejected document or line kept for the quarantine record.
 QUARANTINE_BYTES = 10 * 1024
 COMPRESSION_SUFFIXES = {".gz": "gzip", ".gzip": "gzip", ".bz2": "bz2", ".zst": "zstd", ".zstd": "zstd"}
-# What a damaged compressed stream raises (gzip.BadGzipFile is an OSError; bz2 raises OSError
-# or EOFError; truncation is EOFError).
-CORRUPT_ERRORS = (OSError, EOFError, zlib.error, zstandard.ZstdError)
+# What a damaged compressed stream raises: ``MemberStream`` reports every decompressor error and a
+# truncated member as ``DamagedStream``; the others are what the decompressors themselves raise.
+CORRUPT_ERRORS = (DamagedStream, OSError, EOFError, zlib.error, zstandard.ZstdError)
 
 
 def compression_of(path: str) -> tuple[str | None, str]:
@@ -49,74 +49,17 @@ def compression_of(path: str) -> tuple[str | None, str]:
     return None, name
 
 
-class ZstdStream:
-    """Decompresses a (multi-frame) zstd stream; raises ``EOFError`` if input ends mid-frame."""
-
-    def __init__(self, raw: BinaryIO, read_size: int = 1 << 16):
-        self._raw = raw
-        self._read_size = read_size
-        self._dctx = zstandard.ZstdDecompressor()
-        self._obj = None
-        self._pending = b""
-        self._out = b""
-
-    def read(self, n: int = -1) -> bytes:
-        while not self._out:
-            data = self._pending or self._raw.read(self._read_size)
-            if not data:
-                if self._obj is not None and not self._obj.eof:
-                    raise EOFError("zstd stream ended in the middle of a frame")
-                return b""
-            if self._obj is None or self._obj.eof:
-                self._obj = self._dctx.decompressobj()
-            self._out = self._obj.decompress(data)
-            self._pending = self._obj.unused_data if self._obj.eof else b""
-        if n is None or n < 0 or n >= len(self._out):
-            out, self._out = self._out, b""
-            return out
-        out, self._out = self._out[:n], self._out[n:]
-        return out
-
-    def close(self) -> None:
-        self._out = b""
+# Reading the file itself failed (disk, network) or delivered other than its listed size: an I/O
+# failure, not damaged data (``listed``). The same class as ``common.storage``'s.
+StorageError = storage.StorageError
 
 
-class StorageError(IOError):
-    """Reading the underlying file failed (disk, network): an I/O failure, not damaged data."""
-
-
-class GuardedRaw:
-    """Wraps the raw file so its own read errors surface as ``StorageError``.
-
-    Decompressors report damage as ``OSError`` too; without this, a network hiccup under a gzip
-    stream would be quarantined as a corrupt file instead of failing (and being retried).
-    """
-
-    def __init__(self, raw: BinaryIO):
-        self._raw = raw
-
-    def read(self, n: int = -1) -> bytes:
-        try:
-            return self._raw.read(n)
-        except OSError as exc:
-            raise StorageError(f"reading {getattr(self._raw, 'path', self._raw)}: {exc}") from exc
-
-    def __getattr__(self, name: str):
-        return getattr(self._raw, name)
-
-
-def decompressed(raw: BinaryIO, compression: str | None):
-    """A readable binary stream of the decompressed content of ``raw``."""
+def decompressed(raw: BinaryIO, compression: str | None, *, size: int | None = None):
+    """A readable binary stream of the decompressed content of ``raw``, member by member
+    (``members.MemberStream``); ``raw``'s own failures surface as ``StorageError``."""
     if compression is None:
         return raw
-    raw = GuardedRaw(raw)
-    if compression == "gzip":
-        return gzip.GzipFile(fileobj=raw, mode="rb")
-    if compression == "bz2":
-        return bz2.BZ2File(raw, mode="rb")
-    if compression == "zstd":
-        return ZstdStream(raw)
-    raise ValueError(f"unknown compression {compression!r}")
+    return MemberStream(ListedFile(raw, str(getattr(raw, "path", raw)), size), compression)
 
 
 def read_some(stream: BinaryIO, n: int) -> bytes:
@@ -182,10 +125,13 @@ class LineReader:
                     if pending_len > self._max_line:
                         skip_prefix = b"".join(pending)[:QUARANTINE_BYTES]
                         pending, pending_len = [], 0
+                elif len(skip_prefix) < QUARANTINE_BYTES:  # the same prefix whatever the chunk sizes
+                    skip_prefix += block[:QUARANTINE_BYTES - len(skip_prefix)]
                 self.tail = (pending[0] if pending else b"")[:QUARANTINE_BYTES]
                 continue
             if skip_prefix is not None:
                 end = self.position - len(block) + stop
+                skip_prefix += block[:max(0, min(stop, QUARANTINE_BYTES - len(skip_prefix)))]
                 yield Line(self.consumed, skip_prefix, end - self.consumed, True)
                 self.consumed, skip_prefix = end, None
             else:
@@ -251,31 +197,38 @@ def first_line_start(raw: BinaryIO, start: int, *, block: int = 1 << 16) -> int:
     return pos
 
 
-def previous_line_blank(raw: BinaryIO, line_start: int, *, block: int = 4096) -> bool:
-    """Whether the line ending just before ``line_start`` is blank (whitespace only).
+def previous_line_blank(raw: BinaryIO, line_start: int, *, block: int = 4096, max_line: int | None = None) -> bool:
+    """Whether the line ending just before ``line_start`` is blank (whitespace only, and not
+    longer than ``max_line``: the splitters treat a longer line as oversize, never as blank).
 
     Scans backwards from just before that line's end (``\\n``, ``\\r\\n`` or ``\\r``); it usually
     stops at the first byte. The start of the file counts as a blank line.
     """
-    back = _backwards(raw, line_start, block)
-    byte = next(back, None)  # the last byte of the previous line's end
-    if byte is None:
-        return True
-    byte = next(back, None)
-    if byte == 0x0D and line_start >= 2 and _byte_at(raw, line_start - 1) == 0x0A:
-        byte = next(back, None)  # "\r\n": one line end
-    while byte is not None:
-        if byte in (0x0A, 0x0D):
-            return True
-        if byte not in _WHITESPACE:
-            return False
+    return line_before(_backwards(raw, line_start, block), max_line=max_line)[1]
+
+
+def line_before(back: Iterator[int], *, max_line: int | None = None) -> tuple[int | None, bool, int]:
+    """What lies just before a position, from the bytes before it, last first (``back``):
+    ``(the last byte, or None at the start of the stream; whether the line holding it is blank up
+    to the position; how many of that line's bytes lie before the position)``. The scan stops at
+    the first non-whitespace byte, at the line's start, or past ``max_line`` bytes (not blank)."""
+    last = next(back, None)
+    if last is None:
+        return None, True, 0
+    if last == 0x0A:
+        length, byte = 1, next(back, None)
+        if byte == 0x0D:  # "\r\n" is one line end
+            length, byte = 2, next(back, None)
+    elif last == 0x0D:
+        length, byte = 1, next(back, None)
+    else:
+        length, byte = 0, last  # the position is inside a line: ``last`` is content
+    while byte is not None and byte not in (0x0A, 0x0D):
+        length += 1
+        if byte not in _WHITESPACE or (max_line is not None and length > max_line):
+            return last, False, length
         byte = next(back, None)
-    return True
-
-
-def _byte_at(raw: BinaryIO, pos: int) -> int:
-    raw.seek(pos)
-    return raw.read(1)[0]
+    return last, max_line is None or length <= max_line, length
 
 
 def _backwards(raw: BinaryIO, end: int, block: int) -> Iterator[int]:

@@ -121,8 +121,14 @@ def test_check_output_names_a_missing_bucket(s3_server, tmp_path):
     with pytest.raises(StorageError, match=r"s3://no-such-bucket-x/corpus: bucket 'no-such-bucket-x' does not exist"
                                            f" at {s3_server.endpoint}"):
         storage.check_output("s3://no-such-bucket-x/corpus")
-    with pytest.raises(StorageError, match="s3://no-such-bucket-x/k: cannot write"):
-        storage.write_bytes("s3://no-such-bucket-x/k", b"x")
+    # Every call that can tell a missing bucket from a missing key says so, at once (no retries);
+    # exists() answers the question and remove() has nothing to remove.
+    missing = rf"'no-such-bucket-x' does not exist at {s3_server.endpoint}; create it or correct the URI"
+    for call in (lambda u: storage.write_bytes(u, b"x"), storage.read_bytes, storage.listdir, storage.find):
+        with pytest.raises(StorageError, match=rf"^s3://no-such-bucket-x/k: bucket {missing} \(or AWS_ENDPOINT_URL\)$"):
+            call("s3://no-such-bucket-x/k")
+    assert not storage.exists("s3://no-such-bucket-x/k")
+    storage.remove("s3://no-such-bucket-x/k")
     storage.check_output(str(tmp_path / "new" / "folder"))  # a local folder is made when written
     (tmp_path / "file").write_text("x")
     with pytest.raises(StorageError, match="exists and is not a folder"):

@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 
 from electra.distributed import free_port
+from tests._procs import kill_mentioning
 
 
 @pytest.fixture(scope="session")
@@ -14,41 +15,27 @@ def prefect_harness():
         yield
 
 
-def _kill_cluster(port: int) -> None:
-    """SIGKILL every process of the cluster whose GCS listens on ``port`` (never ``ray stop``:
-    that would also stop the test session's own local Ray)."""
-    import os
-    import signal
-
-    marks = (f"127.0.0.1:{port}".encode(), f"gcs_server_port={port}".encode())
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                cmdline = f.read()
-        except OSError:
-            continue
-        if int(pid) != os.getpid() and any(m in cmdline for m in marks):
-            try:
-                os.kill(int(pid), signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-
-
 @pytest.fixture(scope="module")
 def ray_cluster():
     """A real two-node Ray cluster on loopback: ``ray start --head`` plus ``ray start --address``
     (token auth, as Ray 2.60 turns it on for a head started by ``ray start``). Yields the address;
     drivers connect from subprocesses with ``--ray-address``."""
     import os
+    import shutil
     import subprocess
     import sys
+    import tempfile
     from pathlib import Path
 
     ray = str(Path(sys.executable).parent / "ray")
     port = free_port()
+    # The cluster's own Ray folder (short: Ray's Unix sockets live in it): every process of both
+    # nodes names it, so the clean-up finds them all, and nothing else (never ``ray stop``: that
+    # would also stop the test session's own local Ray).
+    temp = tempfile.mkdtemp(prefix="rcl", dir="/tmp")
     env = {**os.environ, "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0", "RAY_USAGE_STATS_ENABLED": "0"}
     common = ["--node-ip-address=127.0.0.1", "--num-cpus=1", "--object-store-memory=400000000",
-              "--disable-usage-stats"]
+              "--disable-usage-stats", f"--temp-dir={temp}"]
     try:
         head = subprocess.run([ray, "start", "--head", f"--port={port}", "--include-dashboard=false", *common],
                               env=env, capture_output=True, text=True, timeout=180)
@@ -58,4 +45,5 @@ def ray_cluster():
         assert worker.returncode == 0, worker.stdout[-2000:] + worker.stderr[-2000:]
         yield f"127.0.0.1:{port}"
     finally:
-        _kill_cluster(port)
+        kill_mentioning(temp)
+        shutil.rmtree(temp, ignore_errors=True)

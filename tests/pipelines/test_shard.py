@@ -15,7 +15,7 @@ from common import storage
 from pipelines import schema
 from pipelines.engine import parts
 from pipelines.config import ShardConfig
-from pipelines.shard import (assign, estimated_bytes, example_summary, rows_to_examples, shard_count,
+from pipelines.shard import (estimated_bytes, example_summary, rows_to_examples, shard_count, shard_numbers,
                              write_shards)
 
 VOCAB = 30522
@@ -78,28 +78,35 @@ def test_estimated_bytes_is_the_compact_formats_payload():
     assert estimated_bytes(10, 1000, 30522) == 2 * 1000 + 24 * 10
     assert estimated_bytes(10, 1000, 70000) == 4 * 1000 + 24 * 10
     rows = _examples(400, seed=8)
-    ex = rows_to_examples({k: np.array([r[k] for r in rows], dtype=object) for k in rows[0]})
+    ex = rows_to_examples(pa.Table.from_pylist(rows))
     data = schema.encode_shard(ex, vocab_size=VOCAB)
     est = estimated_bytes(len(ex), ex.num_tokens, VOCAB)
     assert est < len(data) < est + 3 * (512 + 128 + 512) + 10240  # one chunk: headers and the end record
 
 
-def test_assign_depends_only_on_the_example():
+def test_shard_numbers_depend_only_on_the_example():
     rows = _examples(500, seed=1)
     batch = {k: np.array([r[k] for r in rows], dtype=object) for k in ("uid", "ordinal", "split")}
     counts = {"train": 7, "validation": 3}
-    group = assign(batch, counts=counts)["group"]
-    split_index = group >> 32
-    assert (split_index == np.array([schema.SPLITS.index(r["split"]) for r in rows])).all()
-    shard = group & 0xFFFFFFFF
-    assert set(shard[split_index == 0].tolist()) == set(range(7)) and set(shard[split_index == 1].tolist()) <= {0, 1, 2}
+    group = shard_numbers(batch["uid"], batch["ordinal"], batch["split"], counts)
+    train = np.array([r["split"] == "train" for r in rows])
+    # train shards first (0..6), then validation (7..9)
+    assert set(group[train].tolist()) == set(range(7)) and set(group[~train].tolist()) <= {7, 8, 9}
     order = np.random.default_rng(0).permutation(len(rows))
-    again = assign({k: v[order] for k, v in batch.items()}, counts=counts)["group"]
+    again = shard_numbers(batch["uid"][order], batch["ordinal"][order], batch["split"][order], counts)
     assert (again == group[order]).all()  # a function of (uid, ordinal) only, not of the batch
-    bad = {k: v[:3].copy() for k, v in batch.items()}
-    bad["split"][1] = "test"
+    bad = batch["split"][:3].copy()
+    bad[1] = "test"
     with pytest.raises(ValueError, match="unknown split 'test'"):
-        assign(bad, counts=counts)
+        shard_numbers(batch["uid"][:3], batch["ordinal"][:3], bad, counts)
+
+
+def _shards(ds, corpus: str, cfg, **kw):
+    """``write_shards`` with its shuffle files beside the corpus; they are gone afterwards."""
+    work = str(corpus).rstrip("/") + "-work"
+    infos, _ = write_shards(ds, str(corpus), cfg, work=work, **kw)
+    assert not storage.find(work)
+    return infos
 
 
 def _read_back(corpus: str, infos) -> dict[tuple[int, int], tuple]:
@@ -127,7 +134,7 @@ def _read_back(corpus: str, infos) -> dict[tuple[int, int], tuple]:
 def test_write_shards_round_trip_and_layout(ray_local, tmp_path):
     rows = _examples(300)
     cfg = ShardConfig(target_bytes=4_000, min_shards_per_split=3)
-    infos = write_shards(ray_local.data.from_items(rows, override_num_blocks=4), str(tmp_path), cfg,
+    infos = _shards(ray_local.data.from_items(rows, override_num_blocks=4), str(tmp_path), cfg,
                          generation=GEN, vocab_size=VOCAB, sizes=_sizes(rows))
     # The shard count rule per split; names contiguous from 0, train first; nothing else written.
     for split in schema.SPLITS:
@@ -149,7 +156,7 @@ def test_write_shards_is_byte_identical_for_any_block_layout(ray_local, tmp_path
     cfg = ShardConfig(target_bytes=3_000, min_shards_per_split=2, chunk_tokens=500)
 
     def write(ds, folder):
-        return write_shards(ds, str(tmp_path / folder), cfg, generation=GEN, vocab_size=VOCAB, sizes=_sizes(rows))
+        return _shards(ds, str(tmp_path / folder), cfg, generation=GEN, vocab_size=VOCAB, sizes=_sizes(rows))
 
     one = write(ray_local.data.from_items(rows).repartition(1), "one")
     # Another block layout and row order, into a folder holding a half-written shard of a killed
@@ -169,7 +176,7 @@ def test_shard_numbers_without_examples_are_empty_tars(ray_local, tmp_path):
 
     rows = [r for r in _examples(400, seed=5) if r["split"] == "train"][:5]
     cfg = ShardConfig(min_shards_per_split=16)  # 5 examples: 5 shards, some get none
-    infos = write_shards(ray_local.data.from_items(rows), str(tmp_path), cfg, generation=GEN,
+    infos = _shards(ray_local.data.from_items(rows), str(tmp_path), cfg, generation=GEN,
                          vocab_size=VOCAB, sizes=_sizes(rows))
     assert [i.path for i in infos] == [schema.shard_name(GEN, "train", k) for k in range(5)]
     empty = [i for i in infos if i.num_examples == 0]
@@ -187,12 +194,12 @@ def test_shard_numbers_without_examples_are_empty_tars(ray_local, tmp_path):
 
 
 def test_write_shards_of_nothing_and_of_unknown_splits(ray_local, tmp_path):
-    none = write_shards(ray_local.data.from_items([]), str(tmp_path / "d"), ShardConfig(), generation=GEN,
+    none = _shards(ray_local.data.from_items([]), str(tmp_path / "d"), ShardConfig(), generation=GEN,
                         vocab_size=VOCAB, sizes={})
     assert none == [] and not (tmp_path / "d").exists()
     rows = _examples(20, seed=3)
     with pytest.raises(ValueError, match=r"unknown split\(s\) \['test'\]"):
-        write_shards(ray_local.data.from_items(rows), str(tmp_path / "e"), ShardConfig(), generation=GEN,
+        _shards(ray_local.data.from_items(rows), str(tmp_path / "e"), ShardConfig(), generation=GEN,
                      vocab_size=VOCAB, sizes={**_sizes(rows), "test": (1, 5)})
     assert not (tmp_path / "e").exists()
 
@@ -209,9 +216,9 @@ def test_pack_summary_sizes_the_shards(ray_local, tmp_path):
         {s: len({r["uid"] for r in rows if r["split"] == s}) for s in summary}
     cfg = ShardConfig(target_bytes=3_000, min_shards_per_split=3)
     sizes = {s: (v["examples"], v["tokens"]) for s, v in summary.items()}
-    given = write_shards(parts.read_parts(str(tmp_path / "ex"), out["files"]), str(tmp_path / "a"), cfg,
+    given = _shards(parts.read_parts(str(tmp_path / "ex"), out["files"]), str(tmp_path / "a"), cfg,
                          generation=GEN, vocab_size=VOCAB, sizes=sizes)
-    assert given == write_shards(ds, str(tmp_path / "b"), cfg, generation=GEN, vocab_size=VOCAB, sizes=_sizes(rows))
+    assert given == _shards(ds, str(tmp_path / "b"), cfg, generation=GEN, vocab_size=VOCAB, sizes=_sizes(rows))
     for split, v in summary.items():
         mine = [i for i in given if i.split == split]
         assert (sum(i.num_examples for i in mine), sum(i.num_tokens for i in mine)) == (v["examples"], v["tokens"])
@@ -225,9 +232,9 @@ def test_shards_on_s3_equal_the_local_ones(ray_s3, tmp_path):
     corpus = s3.bucket("shards") + "/corpus"
     rows = _examples(120, seed=4)
     cfg = ShardConfig(target_bytes=3_000, min_shards_per_split=2)
-    remote = write_shards(ray.data.from_items(rows, override_num_blocks=3), corpus, cfg, generation=GEN,
+    remote = _shards(ray.data.from_items(rows, override_num_blocks=3), corpus, cfg, generation=GEN,
                           vocab_size=VOCAB, sizes=_sizes(rows))
-    local = write_shards(ray.data.from_items(rows), str(tmp_path), cfg, generation=GEN, vocab_size=VOCAB,
+    local = _shards(ray.data.from_items(rows), str(tmp_path), cfg, generation=GEN, vocab_size=VOCAB,
                          sizes=_sizes(rows))
     assert remote == local
     assert storage.find(corpus) == sorted(i.path for i in local)

@@ -16,7 +16,8 @@ from pipelines import schema
 from common.config import ConfigError
 from pipelines.config import CorpusConfig, TokenizerConfig
 from synthetic.prose import documents
-from pipelines.tokenizer import load_pretrained, sample_texts, train_tokenizer
+from pipelines.tokenizer import load_pretrained, train_tokenizer
+from pipelines.tokenizer_sample import chosen_texts, train_on_sample, write_sample
 
 SPECIAL_IDS = {"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3, "[MASK]": 4}
 ACCENTED = ["Café Über naïve Élan façade. The River Crossed the Bridge.\nZoë watched it."] * 4
@@ -173,27 +174,51 @@ def test_tokenizers_read_from_and_written_to_s3(texts, tmp_path, s3_server):
         load_pretrained(f"{bucket}/nothing.json", TokenizerConfig(), f"{bucket}/x")
 
 
-def test_sample_texts_is_bounded_sorted_and_independent_of_blocks(ray_local):
+def _sample(ray, rows, folder, budget, seed, total, blocks=1):
+    from pipelines.engine import parts
+
+    out = parts.write_documents(ray.data.from_items(rows).repartition(blocks), data=str(folder / "docs"),
+                                rejected=str(folder / "rej"), prefix_chars=5, full_text=False)
+    docs = parts.Parts(str(folder / "docs"), tuple(out["files"]))
+    sample = write_sample(docs, max_bytes=budget, seed=seed, total_bytes=total, folder=str(folder / f"s{seed}"))
+    return chosen_texts(sample, budget), sample
+
+
+def test_the_sample_is_bounded_sorted_and_independent_of_blocks(ray_local, tmp_path):
     texts = documents(300, seed=4)
-    rows = [{"uid": (i * 0x9E3779B1) % (1 << 62), "text": t, "id": f"s:{i}", "reason": ""}
+    rows = [{"uid": (i * 0x9E3779B1) % (1 << 62), "text": t, "id": f"s:{i}", "reason": "", "detail": ""}
             for i, t in enumerate(texts)]
     total = sum(len(t.encode()) for t in texts)
     budget = total // 3
-    ds = ray_local.data.from_items(rows)
-    sample = sample_texts(ds, budget, 1, total_bytes=total)
+    sample, written = _sample(ray_local, rows, tmp_path / "a", budget, 1, total)
     size = sum(len(t.encode()) for t in sample)
     assert 0.8 * budget <= size <= budget
+    # what the read tasks wrote is a superset with 10% slack, not the whole corpus
+    assert budget <= sum(len(t.encode()) for t in chosen_texts(written, 10 * total)) <= 0.5 * total
     by_text = {r["text"]: r["uid"] for r in rows}
     assert [by_text[t] for t in sample] == sorted(by_text[t] for t in sample)
-    shuffled = ray_local.data.from_items(rows[::-1]).repartition(7)
-    assert sample_texts(shuffled, budget, 1, total_bytes=total) == sample
-    assert sample_texts(ds, budget, 2, total_bytes=total) != sample  # the seed picks the documents
-    everything = sample_texts(ds, 10 * total, 1, total_bytes=total)
+    assert _sample(ray_local, rows[::-1], tmp_path / "b", budget, 1, total, blocks=7)[0] == sample
+    assert _sample(ray_local, rows, tmp_path / "c", budget, 2, total)[0] != sample  # the seed picks them
+    everything = _sample(ray_local, rows, tmp_path / "d", 10 * total, 1, total)[0]
     assert sorted(everything) == sorted(texts)
-    assert sample_texts(ds, 0, 1, total_bytes=total) == sample_texts(ds, budget, 1, total_bytes=0) == []
+    assert _sample(ray_local, rows, tmp_path / "e", 0, 1, total)[0] == []
+    assert _sample(ray_local, rows, tmp_path / "f", budget, 1, 0)[0] == []
     # ``total_bytes`` only sets the keep rate: an overestimate keeps fewer, never more than the bound.
-    fewer = sample_texts(ds, budget, 1, total_bytes=3 * total)
+    fewer = _sample(ray_local, rows, tmp_path / "g", budget, 1, 3 * total)[0]
     assert set(fewer) <= set(texts) and sum(len(t.encode()) for t in fewer) <= budget
+
+
+def test_training_runs_in_a_task_on_the_written_sample(ray_local, tmp_path):
+    """The task's tokenizer equals one trained in-process on the same chosen texts."""
+    texts = documents(120, seed=9)
+    rows = [{"uid": 1000 + i, "text": t, "id": f"s:{i}", "reason": "", "detail": ""} for i, t in enumerate(texts)]
+    total = sum(len(t.encode()) for t in texts)
+    chosen, sample = _sample(ray_local, rows, tmp_path, total // 2, 3, total)
+    cfg = TokenizerConfig(vocab_size=300, sample_bytes=total // 2)
+    info, used = train_on_sample(sample, cfg, str(tmp_path / "task"))
+    assert used == sum(len(t.encode()) for t in chosen)
+    assert info == train_tokenizer(chosen, cfg, str(tmp_path / "here"))
+    assert (tmp_path / "task" / "tokenizer.json").read_bytes() == (tmp_path / "here" / "tokenizer.json").read_bytes()
 
 
 # ---------------------------------------------------------------- vocabulary hygiene (issue 10)

@@ -13,17 +13,24 @@ from pipelines.dedup.components import (ComponentsNotConverged, connected_compon
                                   large_star_partition, small_star_partition)
 
 
+def attr(n):
+    """The attribute every node carries (in dedup: the index of its document's part)."""
+    return np.asarray(n, np.int64) % 7
+
+
 def _partitioned(x: np.ndarray, y: np.ndarray, parts: int) -> list[dict[str, np.ndarray]]:
     """What group_apply hands to the partition functions: rows split by a hash of x."""
     p = (fmix64(x.astype(np.uint64)) % np.uint64(parts)).astype(np.int64)
-    return [{"x": x[p == i], "y": y[p == i]} for i in range(parts) if np.any(p == i)]
+    return [{"x": x[p == i], "y": y[p == i], "fx": attr(x[p == i]), "fy": attr(y[p == i])}
+            for i in range(parts) if np.any(p == i)]
 
 
 def _run_partitions(fn, x, y, parts):
     outs = [fn(b) for b in _partitioned(x, y, parts)]
-    u = np.concatenate([o["u"] for o in outs]) if outs else np.zeros(0, np.int64)
-    v = np.concatenate([o["v"] for o in outs]) if outs else np.zeros(0, np.int64)
-    return u, v
+    cols = {c: np.concatenate([o[c] for o in outs]) if outs else np.zeros(0, np.int64) for c in ("u", "v", "fu", "fv")}
+    edge = cols["u"] >= 0  # the attributes ride along with both endpoints of every edge
+    assert (cols["fu"][edge] == attr(cols["u"][edge])).all() and (cols["fv"][edge] == attr(cols["v"][edge])).all()
+    return cols["u"], cols["v"]
 
 
 def local_components(edges: list[tuple[int, int]], parts: int = 3,
@@ -42,6 +49,10 @@ def local_components(edges: list[tuple[int, int]], parts: int = 3,
         lu, lv = lu[edge], lv[edge]
         u, v = _run_partitions(small_star_partition, np.maximum(lu, lv), np.minimum(lu, lv), parts)
     raise AssertionError("did not converge")
+
+
+def _edge_items(edges):
+    return [{"u": a, "v": b, "fu": int(attr(a)), "fv": int(attr(b))} for a, b in edges]
 
 
 def expected_roots(edges: list[tuple[int, int]]) -> dict[int, int]:
@@ -90,32 +101,36 @@ def test_random_graphs_match_scipy(seed):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("parts", [1, 3])
-def test_ray_components_on_a_hand_built_graph(ray_local, monkeypatch, parts):
-    """On Ray, with the partition count the edge count gives (1 here) and with several."""
+def test_ray_components_on_a_hand_built_graph(ray_local, monkeypatch, parts, tmp_path):
+    """On Ray, with the partition count the edge count gives (the minimum here) and with several."""
     import pipelines.dedup.components as components
 
     sized = []
     monkeypatch.setattr(components, "partitions_for", lambda n: sized.append(n) or parts)
     edges = HAND_BUILT["chain"][:6] + HAND_BUILT["star_off_centre"] + [(1, 2), (3, 2)]
-    ds = ray_local.data.from_items([{"u": a, "v": b} for a, b in edges])
-    comps = connected_components(ds, max_iterations=20)
-    got = {r["u"]: r["v"] for r in comps.edges.take_all()}
+    ds = ray_local.data.from_items(_edge_items(edges))
+    comps = connected_components(ds, max_iterations=20, work=str(tmp_path / "cc"))
+    rows = comps.edges.take_all()
+    got = {r["u"]: r["v"] for r in rows}
     assert got == expected_roots(edges)
+    assert all((r["fu"], r["fv"]) == (r["u"] % 7, r["v"] % 7) for r in rows)
     assert comps.members == len(got) and comps.clusters == 3 and comps.iterations >= 2
-    assert sized == [len(edges) * 2 * 16]  # sized from the data: both directions, 16 bytes a row
+    assert sized == [len(edges) * 2 * 32]  # sized from the data: both directions, 32 bytes a row
+    assert len(comps.shuffles) == 2 * comps.iterations - 1 and all(s["partitions"] == parts for s in comps.shuffles)
+    assert not list((tmp_path / "cc").rglob("*.arrows"))  # every round's files are gone
 
 
-def test_ray_components_of_no_edges(ray_local):
+def test_ray_components_of_no_edges(ray_local, tmp_path):
     from ray.data.expressions import col
 
-    ds = ray_local.data.from_items([{"u": 1, "v": 0}]).filter(expr=col("u") < 0)
-    comps = connected_components(ds, max_iterations=5)
+    ds = ray_local.data.from_items(_edge_items([(1, 0)])).filter(expr=col("u") < 0)
+    comps = connected_components(ds, max_iterations=5, work=str(tmp_path))
     assert (comps.iterations, comps.clusters, comps.members) == (0, 0, 0)
     assert comps.edges.take_all() == []
 
 
 @pytest.mark.slow
-def test_ray_components_raise_when_capped(ray_local):
-    ds = ray_local.data.from_items([{"u": i, "v": i + 1} for i in range(30)])
+def test_ray_components_raise_when_capped(ray_local, tmp_path):
+    ds = ray_local.data.from_items(_edge_items([(i, i + 1) for i in range(30)]))
     with pytest.raises(ComponentsNotConverged):
-        connected_components(ds, max_iterations=1)
+        connected_components(ds, max_iterations=1, work=str(tmp_path))

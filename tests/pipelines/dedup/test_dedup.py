@@ -1,15 +1,20 @@
-"""Exact and near dedup: the partition functions without Ray, then the stages on Ray Data."""
+"""Exact and near dedup: the partition functions without Ray, then the stages over written parts."""
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
-from synthetic import prose
+from common import storage
 from pipelines.config import DedupConfig
-from pipelines.dedup import (EXACT, NEAR, Marks, bucket_edges, digest_rows, exact_dedup, exact_marks,
-                             mark_documents, near_dedup, signature_buckets)
+from pipelines.dedup import (EXACT, NEAR, bucket_edges, digest_rows, exact_dedup, exact_marks, near_dedup,
+                             signature_buckets)
+from pipelines.dedup.near import estimated_jaccard
+from pipelines.engine import parts
+from synthetic import prose
 
 
 def _rows(texts: list[str], uids: list[int], reasons: list[str] | None = None) -> dict:
@@ -18,11 +23,8 @@ def _rows(texts: list[str], uids: list[int], reasons: list[str] | None = None) -
             "uid": np.array(uids, dtype=np.int64),
             "text": np.array(texts, dtype=object),
             "reason": np.array(reasons or [""] * n, dtype=object),
-            "detail": np.array([""] * n, dtype=object)}
-
-
-def _items(batch: dict) -> list[dict]:
-    return [{k: (int(v[i]) if k == "uid" else v[i]) for k, v in batch.items()} for i in range(len(batch["uid"]))]
+            "detail": np.array([""] * n, dtype=object),
+            "_file": np.arange(n, dtype=np.int64) % 3}
 
 
 def test_exact_marks_keep_the_smallest_uid_and_skip_rejected_rows():
@@ -30,8 +32,8 @@ def test_exact_marks_keep_the_smallest_uid_and_skip_rejected_rows():
                   ["", "", "", "", "filter:min_words"])
     digests = digest_rows(batch)
     # Only small keys of the active rows go into the shuffle, never the text.
-    assert set(digests) == {"h0", "h1", "uid"} and all(v.dtype == np.int64 for v in digests.values())
-    assert digests["uid"].tolist() == [50, 7, 9, 30]
+    assert set(digests) == {"h0", "h1", "uid", "file"} and all(v.dtype == np.int64 for v in digests.values())
+    assert digests["uid"].tolist() == [50, 7, 9, 30] and digests["file"].tolist() == [0, 1, 2, 0]
     same = digests["uid"] != 7
     assert len({(a, b) for a, b in zip(digests["h0"][same], digests["h1"][same])}) == 1
     # Partition rows arrive in any order: the result is the same.
@@ -39,16 +41,49 @@ def test_exact_marks_keep_the_smallest_uid_and_skip_rejected_rows():
     for _ in range(3):
         order = rng.permutation(len(digests["uid"]))
         out = exact_marks({k: v[order] for k, v in digests.items()})
-        assert sorted(zip(out["u"].tolist(), out["v"].tolist())) == [(30, 9), (50, 9)]
+        assert sorted(zip(out["u"].tolist(), out["v"].tolist(), out["file"].tolist())) == [(30, 9, 0), (50, 9, 0)]
     empty = exact_marks({k: v[:0] for k, v in digests.items()})
     assert len(empty["u"]) == len(empty["v"]) == 0
 
 
-def test_bucket_edges_link_members_to_the_bucket_minimum():
-    batch = {"bucket": np.array([5, 5, 5, 8, 8, 9, 5], dtype=np.int64),
-             "uid": np.array([30, 10, 20, 40, 41, 99, 10], dtype=np.int64)}
-    out = bucket_edges(batch)
-    assert sorted(zip(out["u"].tolist(), out["v"].tolist())) == [(20, 10), (30, 10), (41, 40)]
+def _bucket_table(bucket, uid, sketches) -> pa.Table:
+    sk = np.asarray(sketches, dtype=np.uint8)
+    return pa.table({"bucket": np.asarray(bucket, np.int64), "uid": np.asarray(uid, np.int64),
+                     "file": np.asarray(uid, np.int64) % 5,
+                     "sketch": pa.FixedSizeBinaryArray.from_buffers(pa.binary(sk.shape[1]), len(sk),
+                                                                    [None, pa.py_buffer(sk.tobytes())])})
+
+
+def _edges(out: dict) -> list[tuple[int, int]]:
+    keep = out["u"] >= 0  # the marker row counts refused checks
+    return sorted(zip(out["u"][keep].tolist(), out["v"][keep].tolist()))
+
+
+def test_bucket_edges_verify_candidates_against_their_roots():
+    rng = np.random.default_rng(3)
+    a, b = rng.integers(0, 256, (2, 112))
+    near_a = a.copy()
+    near_a[:10] = rng.integers(0, 256, 10)  # ~0.91 of the values agree
+    # bucket 5: 10 and 30 are alike, 20 is not, 40 is alike to 20; bucket 8: two alike
+    table = _bucket_table([5, 5, 5, 5, 8, 8, 9, 5], [30, 10, 20, 40, 41, 42, 99, 10],
+                          [near_a, a, b, b, a, a, b, a])
+    out = bucket_edges(table, threshold=0.7)
+    assert _edges(out) == [(30, 10), (40, 20), (42, 41)]
+    # files ride along with both endpoints
+    by_u = {int(u): (int(fu), int(fv)) for u, fu, fv in zip(out["u"], out["fu"], out["fv"]) if u >= 0}
+    assert by_u == {30: (0, 0), 40: (0, 0), 42: (2, 1)}
+    assert int(out["v"][out["u"] < 0].sum()) == 2  # 20 and 40 failed against 10; 40 then passed against 20
+    # Without the check every member is linked to the bucket minimum (datatrove's behaviour).
+    assert _edges(bucket_edges(table, threshold=None)) == [(20, 10), (30, 10), (40, 10), (42, 41)]
+
+
+def test_estimated_jaccard_is_unbiased_for_b_bit_sketches():
+    rng = np.random.default_rng(0)
+    for true in (0.2, 0.5, 0.8):
+        n = 200_000  # values, as if many signatures were compared at once
+        a = rng.integers(0, 256, n, dtype=np.uint8)
+        b = np.where(rng.random(n) < true, a, rng.integers(0, 256, n, dtype=np.uint8))
+        assert abs(estimated_jaccard(a[None, :], b[None, :])[0] - true) < 0.01
 
 
 def test_signature_buckets_carry_no_text():
@@ -56,30 +91,25 @@ def test_signature_buckets_carry_no_text():
     batch = _rows(["the same five words here now", "...", "other words in this one text", "x y z w v"],
                   [4, 5, 6, 7], ["", "", "", "filter:x"])
     out = signature_buckets(batch, cfg=cfg)
-    assert set(out) == {"bucket", "uid"} and out["bucket"].dtype == out["uid"].dtype == np.int64
+    assert out.column_names == ["bucket", "uid", "file", "sketch"]
+    assert [str(t) for t in out.schema.types] == ["int64", "int64", "int64", "fixed_size_binary[112]"]
     # One row per band of each active document with a word; no word, no bucket; rejected: none.
-    assert sorted(set(out["uid"].tolist())) == [4, 6] and len(out["uid"]) == 2 * cfg.num_bands
+    assert sorted(set(out.column("uid").to_pylist())) == [4, 6] and out.num_rows == 2 * cfg.num_bands
+    assert set(out.column("file").to_pylist()) == {0, 2}
 
 
-@pytest.mark.parametrize("piece_rows", [1, 2, 3, None])
-def test_marks_mark_members_only_whatever_the_piece_size(ray_local, piece_rows):
-    """The marks table in many small object-store pieces marks exactly what one piece marks."""
-    docs = _rows(["a", "b", "c", "d", "e", "f"], [3, 4, 5, 11, 2, 8], ["", "", "filter:x", "", "", ""])
-    member, root = np.array([11, 4, 5, 8], np.int64), np.array([2, 3, 3, 2], np.int64)
-    kw = {} if piece_rows is None else {"piece_rows": piece_rows}
-    marks = Marks.build(member, root, **kw)
-    assert marks.count == 4 and len(marks.pieces) == (1 if piece_rows is None else -(-4 // piece_rows))
-    pieces = [ray_local.get(p) for p in marks.pieces]
-    assert np.concatenate([m for m, _ in pieces]).tolist() == [4, 5, 8, 11]  # sorted by member
-    ds = ray_local.data.from_items(_items(docs), override_num_blocks=2)
-    got = {r["uid"]: (r["reason"], r["detail"]) for r in mark_documents(ds, marks, NEAR).take_all()}
-    assert got == {3: ("", ""), 4: (NEAR, "duplicate of uid 3"), 5: ("filter:x", ""), 11: (NEAR, "duplicate of uid 2"),
-                   2: ("", ""), 8: (NEAR, "duplicate of uid 2")}
-    empty = Marks.build(np.zeros(0, np.int64), np.zeros(0, np.int64))
-    assert empty.count == 0 and mark_documents(ds, empty, NEAR) is ds
+# ----------------------------------------------------------------------------- over parts
+def _parts(ray, rows: list[dict], folder, *, blocks: int = 1) -> parts.Parts:
+    ds = ray.data.from_items(rows).repartition(blocks)
+    out = parts.write_documents(ds, data=str(folder / "data"), rejected=str(folder / "rejected"),
+                                prefix_chars=10, full_text=False)
+    return parts.Parts(str(folder / "data"), tuple(out["files"]))
 
 
-# ----------------------------------------------------------------------------- Ray Data
+def _written(ray, ds, folder) -> parts.Parts:
+    out = parts.write_documents(ds, data=str(folder / "data"), rejected=str(folder / "rejected"),
+                                prefix_chars=10, full_text=False)
+    return parts.Parts(str(folder / "data"), tuple(out["files"]))
 
 
 def _shingles(text: str, n: int = 5) -> set[tuple[str, ...]]:
@@ -126,138 +156,196 @@ def planted():
     uids = rng.sample(range(1, 1 << 62), len(texts))
     rows = [{"id": f"t:{i}", "uid": u, "text": t, "reason": "", "detail": ""}
             for i, (u, t) in enumerate(zip(uids, texts))]
-    rows.append({"id": "bad", "uid": 3, "text": texts[0], "reason": "filter:min_words",
-                 "detail": "kept out"})
-    return {"rows": rows, "group": dict(zip(uids, group_of)),
-            "chain_sim": _jaccard(chain[0], chain[-1])}
+    return {"rows": rows, "group": dict(zip(uids, group_of)), "chain_sim": _jaccard(chain[0], chain[-1])}
 
 
-def _run(ray_local, rows, *, blocks: int, monkeypatch=None, partitions: int | None = None,
-         piece_rows: int | None = None):
+def _run(ray, rows, folder, *, blocks: int, cfg: DedupConfig = DedupConfig(), monkeypatch=None,
+         partitions: int | None = None):
     """Exact then near dedup as the stages chain them; ``partitions`` forces the shuffle width
-    (by default it follows the number of documents: one partition for this corpus)."""
+    (by default it follows the number of documents: the minimum for this corpus)."""
     import pipelines.dedup.components as components
-    import pipelines.dedup.exact as dedup
+    import pipelines.dedup.exact as exact
+    import pipelines.dedup.near as near
 
     if partitions is not None:
-        monkeypatch.setattr(dedup, "partitions_for", lambda n: partitions)
-        monkeypatch.setattr(components, "partitions_for", lambda n: partitions)
-    kw = {} if piece_rows is None else {"piece_rows": piece_rows}
-    ds = ray_local.data.from_items(rows).repartition(blocks)
-    ds, exact = exact_dedup(ds, num_docs=len(rows), **kw)
-    ds, near = near_dedup(ds.materialize(), DedupConfig(), num_docs=len(rows), **kw)
-    return sorted(ds.take_all(), key=lambda r: r["uid"]), {**exact, **near}
+        for module in (exact, near, components):
+            monkeypatch.setattr(module, "partitions_for", lambda n: partitions)
+    first = _parts(ray, rows, folder / "in", blocks=blocks)
+    ds, s1 = exact_dedup(first, work=str(folder / "w1"))
+    second = _written(ray, ds, folder / "exact")
+    storage.remove(str(folder / "w1"), recursive=True)
+    ds, s2 = near_dedup(second, cfg, work=str(folder / "w2"))
+    out = sorted(ds.take_all(), key=lambda r: r["uid"])
+    exact_rows = [r for r in _rejected(folder / "exact" / "rejected")]
+    return out, exact_rows, {**s1, **s2, "shuffles": s1["shuffles"] + s2["shuffles"]}
+
+
+def _rejected(folder) -> list[dict]:
+    import json
+
+    import zstandard
+
+    out = []
+    for p in sorted(folder.glob("*.zst")) if folder.exists() else []:
+        text = zstandard.ZstdDecompressor().decompressobj().decompress(p.read_bytes()).decode()
+        out += [json.loads(line) for line in text.splitlines()]
+    return out
+
+
+def _keep_counts(stats: dict) -> dict:
+    return {k: v for k, v in stats.items() if k != "shuffles"}
 
 
 @pytest.fixture(scope="module")
-def first_run(ray_local, planted):
-    return _run(ray_local, planted["rows"], blocks=1)
+def first_run(ray_local, planted, tmp_path_factory):
+    return _run(ray_local, planted["rows"], tmp_path_factory.mktemp("dedup"), blocks=1)
 
 
 def test_dedup_precision_recall_on_planted_duplicates(first_run, planted):
-    rows, stats = first_run
+    near_rows, exact_rows, stats = first_run
     group = planted["group"]
-    kept = {r["uid"] for r in rows if r["reason"] == ""}
-    removed = [r for r in rows if r["reason"] in (EXACT, NEAR)]
+    uid_of = {r["id"]: r["uid"] for r in planted["rows"]}
+    removed = {uid_of[r["id"]]: int(r["detail"].rsplit(" ", 1)[1]) for r in exact_rows}
+    removed.update({r["uid"]: int(r["detail"].rsplit(" ", 1)[1]) for r in near_rows if r["reason"] == NEAR})
+    kept = {r["uid"] for r in near_rows if r["reason"] == ""}
+    assert kept | set(removed) == set(group) and not kept & set(removed)
     members: dict[int, list[int]] = {}
     for uid, g in group.items():
         members.setdefault(g, []).append(uid)
     expected = sum(len(m) - 1 for m in members.values())
-    keeper_of = {r["uid"]: int(r["detail"].rsplit(" ", 1)[1]) for r in removed}
     correct = 0
-    for r in removed:
-        keeper = keeper_of[r["uid"]]
-        while keeper in keeper_of:  # an exact keeper may itself be a near-duplicate
-            keeper = keeper_of[keeper]
-        if group.get(r["uid"]) == group.get(keeper) and keeper in kept:
+    for uid, keeper in removed.items():
+        while keeper in removed:  # an exact keeper may itself be a near-duplicate
+            keeper = removed[keeper]
+        if group[uid] == group[keeper] and keeper in kept:
             correct += 1
-            assert keeper == min(members[group[keeper]]), r  # the smallest uid is kept
-    precision = correct / max(len(removed), 1)
-    recall = correct / expected
+            assert keeper == min(members[group[keeper]])  # the smallest uid is kept
+    precision, recall = correct / max(len(removed), 1), correct / expected
     print(f"\ndedup on planted corpus: {len(removed)} removed, {expected} planted, "
           f"precision {precision:.3f}, recall {recall:.3f}, chain ends at Jaccard "
-          f"{planted['chain_sim']:.2f}, {stats}")
-    assert precision >= 0.95 and recall >= 0.9
-    assert stats["exact_duplicates"] == sum(r["reason"] == EXACT for r in rows) >= 8
-    assert stats["near_duplicates"] == sum(r["reason"] == NEAR for r in rows)
+          f"{planted['chain_sim']:.2f}, {_keep_counts(stats)}")
+    assert precision == 1.0 and recall == 1.0
+    assert stats["exact_duplicates"] == len(exact_rows) >= 8
+    assert stats["near_duplicates"] == sum(r["reason"] == NEAR for r in near_rows)
     assert stats["clusters"] >= 20 and stats["cc_iterations"] >= 1
     # The whole chain collapses onto its smallest uid, transitively, although its two ends are
-    # far below the LSH threshold (they are never in one bucket).
+    # far below the LSH threshold (they are never in one bucket): every link is verified.
     assert planted["chain_sim"] < 0.6
     chain = members[0]
-    assert all(r["reason"] != "" for r in rows if r["uid"] in chain and r["uid"] != min(chain))
-    # A row that arrived rejected passes through untouched.
-    bad = next(r for r in rows if r["uid"] == 3)
-    assert (bad["reason"], bad["detail"]) == ("filter:min_words", "kept out")
-    assert len(rows) == len(planted["rows"])
+    assert all(u in removed for u in chain if u != min(chain))
+    names = [s["name"] for s in stats["shuffles"]]
+    print(names)
+    assert names[:3] == ["exact_digests", "exact_marks", "lsh_buckets"] and names[-1] == "near_marks"
 
 
-def test_dedup_is_deterministic_across_blocks_partitions_and_pieces(ray_local, monkeypatch, planted, first_run):
-    """Other blocks, three shuffle partitions and marks in pieces of two rows: the same result."""
-    again, stats = _run(ray_local, planted["rows"][::-1], blocks=7, monkeypatch=monkeypatch, partitions=3,
-                        piece_rows=2)
-    assert again == first_run[0]
-    assert stats == first_run[1]
+def test_dedup_is_deterministic_across_blocks_and_partitions(ray_local, monkeypatch, planted, first_run, tmp_path):
+    """Other parts (7 blocks, reversed order) and three shuffle partitions: the same result."""
+    again, exact_rows, stats = _run(ray_local, planted["rows"][::-1], tmp_path, blocks=7,
+                                    monkeypatch=monkeypatch, partitions=3)
+    strip = lambda rows: sorted((r["id"], r["reason"], r["detail"]) for r in rows)  # noqa: E731
+    assert strip(again) == strip(first_run[0]) and strip(exact_rows) == strip(first_run[1])
+    assert _keep_counts(stats) == _keep_counts(first_run[2])
+    assert {s["partitions"] for s in stats["shuffles"] if s["name"] != "exact_marks" and
+            s["name"] != "near_marks"} == {3}
 
 
-def test_exact_and_near_dedup_keep_the_smallest_uid(ray_local):
+def test_exact_and_near_dedup_keep_the_smallest_uid(ray_local, tmp_path):
     text = " ".join(prose.documents(3, seed=2))
     near = text.replace(" the ", " a ", 1)
     rows = [{"id": f"x:{u}", "uid": u, "text": t, "reason": "", "detail": ""}
             for u, t in ((70, text), (12, text), (40, text), (90, near), (25, near), (5, "unrelated words " * 9))]
-    ds, stats = exact_dedup(ray_local.data.from_items(rows, override_num_blocks=3), num_docs=len(rows))
+    ds, stats = exact_dedup(_parts(ray_local, rows, tmp_path / "a", blocks=3), work=str(tmp_path / "w"))
     got = {r["uid"]: (r["reason"], r["detail"]) for r in ds.take_all()}
     assert got == {70: (EXACT, "duplicate of uid 12"), 40: (EXACT, "duplicate of uid 12"), 12: ("", ""),
                    90: (EXACT, "duplicate of uid 25"), 25: ("", ""), 5: ("", "")}
-    assert stats == {"exact_duplicates": 3}
-    ds, stats = near_dedup(ds, DedupConfig(), num_docs=len(rows))
+    assert stats["exact_duplicates"] == 3
+    ds, stats = near_dedup(_written(ray_local, ds, tmp_path / "b"), DedupConfig(), work=str(tmp_path / "w2"))
     got = {r["uid"]: (r["reason"], r["detail"]) for r in ds.take_all()}
-    assert got[25] == (NEAR, "duplicate of uid 12") and got[12] == ("", "") and got[5] == ("", "")
-    assert got[70][0] == got[90][0] == EXACT  # rows that arrive marked pass through
+    assert got == {25: (NEAR, "duplicate of uid 12"), 12: ("", ""), 5: ("", "")}
     assert stats["near_duplicates"] == 1 and stats["clusters"] == 1
 
 
-def test_only_small_keys_go_through_the_shuffles(ray_local, monkeypatch):
-    """Every ``group_apply`` of dedup and connected components sees integer keys, never text."""
-    import pipelines.dedup.components as components
-    import pipelines.dedup.exact as dedup
+def test_only_small_keys_go_through_the_shuffles(ray_local, monkeypatch, tmp_path):
+    """Every shuffle of dedup and connected components sees integer keys and sketches, never text."""
+    import pipelines.dedup.marks as marks
+    import pipelines.engine.shuffle as shuffle
 
     seen = []
 
     def spy(real):
-        def wrapped(ds, fn, **kw):
+        def wrapped(ds, **kw):
             schema = ds.schema()
-            seen.append((fn.__name__, list(schema.names), [str(t) for t in schema.types]))
-            return real(ds, fn, **kw)
+            seen.append((kw["name"], list(schema.names), [str(t) for t in schema.types]))
+            return real(ds, **kw)
         return wrapped
 
-    monkeypatch.setattr(dedup, "group_apply", spy(dedup.group_apply))
-    monkeypatch.setattr(components, "group_apply", spy(components.group_apply))
+    monkeypatch.setattr(shuffle, "shuffle", spy(shuffle.shuffle))
+    monkeypatch.setattr(marks, "shuffle", spy(marks.shuffle))
     text = " ".join(prose.documents(2, seed=8))
     rows = [{"id": f"y:{u}", "uid": u, "text": t, "reason": "", "detail": ""}
             for u, t in ((1, text), (2, text + " and more"), (3, text), (4, "other words " * 10))]
-    ds, _ = exact_dedup(ray_local.data.from_items(rows), num_docs=4)
-    ds, stats = near_dedup(ds, DedupConfig(), num_docs=4)
-    assert sum(r["reason"] != "" for r in ds.take_all()) == 2
-    by_fn = {name: (cols, types) for name, cols, types in seen}
-    assert by_fn["exact_marks"] == (["h0", "h1", "uid"], ["int64"] * 3)
-    assert by_fn["bucket_edges"] == (["bucket", "uid"], ["int64"] * 2)
-    assert by_fn["large_star_partition"] == (["x", "y"], ["int64"] * 2)
-    assert set(by_fn) <= {"exact_marks", "bucket_edges", "large_star_partition", "small_star_partition"}
-    assert all(cols in (["x", "y"], ["h0", "h1", "uid"], ["bucket", "uid"]) for _, cols, _ in seen)
+    ds, _ = exact_dedup(_parts(ray_local, rows, tmp_path / "a"), work=str(tmp_path / "w"))
+    ds, stats = near_dedup(_written(ray_local, ds, tmp_path / "b"), DedupConfig(), work=str(tmp_path / "w2"))
+    assert sum(r["reason"] != "" for r in ds.take_all()) == 1 and stats["near_duplicates"] == 1
+    by_name = {name: (cols, types) for name, cols, types in seen}
+    assert by_name["exact_digests"] == (["h0", "h1", "uid", "file", "_part"], ["int64"] * 5)
+    assert by_name["lsh_buckets"] == (["bucket", "uid", "file", "sketch", "_part"],
+                                      ["int64"] * 3 + ["fixed_size_binary[112]", "int64"])
+    assert by_name["cc1_large"][0] == ["x", "y", "fx", "fy", "_part"]
+    for name, (cols, types) in by_name.items():
+        assert "text" not in cols and "id" not in cols, name
+        assert all(t in ("int64", "fixed_size_binary[112]") for t in types), (name, types)
 
 
-def test_documents_without_words_and_rejected_rows(ray_local):
+def test_documents_without_words(ray_local, tmp_path):
     """No word means no shingle and no bucket: near dedup skips its shuffles, nothing breaks."""
-    rows = [{"id": "a", "uid": 1, "text": "x y", "reason": "filter:short", "detail": "why"},
-            {"id": "b", "uid": 5, "text": "...", "reason": "", "detail": ""},
+    rows = [{"id": "b", "uid": 5, "text": "...", "reason": "", "detail": ""},
             {"id": "c", "uid": 2, "text": "...", "reason": "", "detail": ""}]
-    ds, exact = exact_dedup(ray_local.data.from_items(rows), num_docs=3)
-    out, near = near_dedup(ds, DedupConfig(), num_docs=3)
+    ds, exact = exact_dedup(_parts(ray_local, rows, tmp_path / "a"), work=str(tmp_path / "w"))
+    out, near = near_dedup(_written(ray_local, ds, tmp_path / "b"), DedupConfig(), work=str(tmp_path / "w2"))
     got = {r["uid"]: (r["reason"], r["detail"]) for r in out.take_all()}
-    assert got == {1: ("filter:short", "why"), 2: ("", ""), 5: (EXACT, "duplicate of uid 2")}
-    assert exact == {"exact_duplicates": 1}
-    assert near == {"near_duplicates": 0, "clusters": 0, "cc_iterations": 0, "lsh_threshold": 0.719}
+    assert got == {2: ("", "")}
+    assert exact["exact_duplicates"] == 1
+    assert _keep_counts(near) == {"near_duplicates": 0, "clusters": 0, "cc_iterations": 0, "refused_checks": 0,
+                                  "lsh_threshold": 0.719, "jaccard_threshold": 0.7}
+
+
+def _header_pages(n: int, header_words: int, body_words: int, seed: int) -> list[dict]:
+    rng = random.Random(seed)
+    vocab = sorted({w.strip(".,;:!?\"'").lower() for d in prose.documents(300, seed=3) for w in d.split()} - {""})
+    header = " ".join(rng.choice(vocab) for _ in range(header_words))
+    rows = []
+    for i in range(n):
+        body = " ".join(rng.choice(vocab) for _ in range(body_words))
+        rows.append({"id": f"h:{i}", "uid": rng.randrange(1, 1 << 62), "text": f"{header} {body}",
+                     "reason": "", "detail": ""})
+    return rows
+
+
+@pytest.mark.slow
+def test_pages_sharing_a_long_header_all_survive(ray_local, tmp_path):
+    """1,000 pages with one 200-word header and different 500-word bodies: nothing removed."""
+    rows = _header_pages(1000, 200, 500, seed=1)
+    assert max(_jaccard(rows[0]["text"], r["text"]) for r in rows[1:50]) < 0.25
+    out, stats = near_dedup(_parts(ray_local, rows, tmp_path / "a", blocks=4), DedupConfig(),
+                            work=str(tmp_path / "w"))
+    assert all(r["reason"] == "" for r in out.take_all())
+    assert stats["near_duplicates"] == 0
+
+
+def test_verification_keeps_pages_that_unverified_lsh_would_collapse(ray_local, tmp_path):
+    """Shorter bodies (Jaccard ~0.4 through the shared header) collide in LSH buckets: unverified,
+    dozens of pages are removed; verified, all are kept."""
+    rows = _header_pages(300, 200, 150, seed=2)
+    docs = _parts(ray_local, rows, tmp_path / "a", blocks=2)
+    out, stats = near_dedup(docs, DedupConfig(), work=str(tmp_path / "w"))
+    assert stats["near_duplicates"] == 0 and stats["refused_checks"] > 0
+    assert all(r["reason"] == "" for r in out.take_all())
+    loose = dataclasses.replace(DedupConfig(), jaccard_threshold=None)
+    out, stats = near_dedup(docs, loose, work=str(tmp_path / "w2"))
+    removed = sum(r["reason"] == NEAR for r in out.take_all())
+    print(f"\nunverified LSH removed {removed} of {len(rows)} header-sharing pages")
+    assert removed == stats["near_duplicates"] >= len(rows) // 10
 
 
 def test_a_text_that_is_not_a_string_is_a_clear_error():

@@ -6,10 +6,15 @@ import dataclasses
 import gzip
 import io
 import json
+import os
+import random
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
+import zstandard
 
-from pipelines.ingest import ReadTask, plan_reads, read_documents, resolve_sources
+from pipelines.ingest import ReadTask, Sources, plan_reads, read_documents, resolve_sources
 from pipelines.ingest.text_stream import CORRUPT_ERRORS, LineReader, StorageError, decompressed
 from tests.pipelines.ingest.test_ingest import CFG, COMPRESS, make_docs, text_payload
 
@@ -57,6 +62,18 @@ def test_byte_ranges_partition_the_documents(tmp_path, name, mode):
         assert range_rows(path, cfg, size) == whole, size
 
 
+def test_byte_ranges_after_a_whitespace_line_longer_than_a_document(tmp_path):
+    """A whitespace-only line over max_document_bytes is oversize, not blank, for the splitter:
+    a range entering after it must see it the same way."""
+    path = tmp_path / "w.txt"
+    path.write_bytes(b"first doc\n\n" + b" \t" * 150 + b"\nright after it\nmore\n\nlast doc\n")
+    cfg = dataclasses.replace(CFG, max_document_bytes=200)
+    whole = [(r["id"], r["text"], r["reason"]) for r in rows_of(path, cfg)]
+    assert [r[2] for r in whole] == ["", "ingest:oversize", ""]
+    for size in (1, 7, 16, 100, 299, 320):
+        assert range_rows(path, cfg, size) == whole, size
+
+
 def test_byte_range_details_say_where_line_numbers_start(tmp_path):
     path = tmp_path / "t.txt"
     path.write_bytes(b"good doc one\n\nsecond\nbad \xff\n")
@@ -67,26 +84,50 @@ def test_byte_range_details_say_where_line_numbers_start(tmp_path):
         rows_of(path, dataclasses.replace(CFG, text_mode="file"), start=5)
 
 
-def test_plan_reads_splits_only_large_uncompressed_text(tmp_path):
+def test_plan_reads_splits_large_files_whose_format_allows_it(tmp_path):
     src = tmp_path / "src"
     src.mkdir()
     (src / "big.txt").write_bytes(b"x\n" * 500)
     (src / "big.jsonl").write_bytes(b'{"text": "x"}\n' * 100)
     (src / "big.txt.gz").write_bytes(gzip.compress(b"x\n" * 5000, 0))
+    (src / "big.txt.bz2").write_bytes(bz2.compress(random.Random(1).randbytes(2000)))
+    (src / "big.jsonl.zst").write_bytes(zstandard.ZstdCompressor().compress(random.Random(2).randbytes(1000)))
+    pq.write_table(pa.table({"text": [f"row {i}" for i in range(200)]}), src / "big.parquet", row_group_size=20)
     (src / "small.txt").write_bytes(b"x\n")
     sources = resolve_sources([str(src)])
-    paths = [str(src / n) for n in ("big.jsonl", "big.txt", "big.txt.gz", "small.txt")]
-    assert list(sources.files) == paths
+    names = ["big.jsonl", "big.jsonl.zst", "big.parquet", "big.txt", "big.txt.bz2", "big.txt.gz", "small.txt"]
+    paths = [str(src / n) for n in names]
+    sizes = [os.path.getsize(p) for p in paths]
+    assert list(sources.files) == paths and list(sources.sizes) == sizes
     tasks = plan_reads(sources, CFG, split_bytes=400)
-    assert [t for t in tasks if t.path == paths[1]] == [
-        ReadTask(paths[1], "src/big.txt", 0, 400), ReadTask(paths[1], "src/big.txt", 400, 800),
-        ReadTask(paths[1], "src/big.txt", 800, -1)]
-    assert len([t for t in tasks if t.path == paths[0]]) == 4  # 1400 bytes
-    assert [t for t in tasks if t.path in paths[2:]] == [ReadTask(paths[2], "src/big.txt.gz"),
-                                                        ReadTask(paths[3], "src/small.txt")]
+    assert [t for t in tasks if t.path == paths[3]] == [
+        ReadTask(paths[3], "src/big.txt", 0, 400, 1000), ReadTask(paths[3], "src/big.txt", 400, 800, 1000),
+        ReadTask(paths[3], "src/big.txt", 800, -1, 1000)]
+    for i in (0, 1, 2):  # uncompressed JSONL, zstd (by frame, when it has a seek table), Parquet
+        assert sizes[i] > 400
+        assert [(t.start, t.end, t.size) for t in tasks if t.path == paths[i]] == [
+            (lo, lo + 400 if lo + 400 < sizes[i] else -1, sizes[i]) for lo in range(0, sizes[i], 400)]
+    assert sizes[4] > 400 and sizes[5] > 400  # gzip and bz2: one task each, however large
+    assert [t for t in tasks if t.path in paths[4:]] == [
+        ReadTask(p, "src/" + n, 0, -1, size) for p, n, size in zip(paths[4:], names[4:], sizes[4:])]
     whole_files = plan_reads(sources, dataclasses.replace(CFG, text_mode="file"), split_bytes=400)
-    assert [t for t in whole_files if t.path == paths[1]] == [ReadTask(paths[1], "src/big.txt")]
-    assert plan_reads(sources, CFG, split_bytes=None) == [ReadTask(p, "src/" + p.rsplit("/", 1)[1]) for p in paths]
+    assert [t for t in whole_files if t.path == paths[3]] == [ReadTask(paths[3], "src/big.txt", 0, -1, 1000)]
+    assert plan_reads(sources, CFG, split_bytes=None) == [
+        ReadTask(p, "src/" + n, 0, -1, size) for p, n, size in zip(paths, names, sizes)]
+
+
+def test_plan_reads_asks_the_store_nothing(tmp_path):
+    """Planning uses the listing's sizes only: it works for files that are not there at all."""
+    gone = [str(tmp_path / "gone" / n) for n in ("a.jsonl", "b.parquet", "c.txt.zst", "d.txt.gz")]
+    sources = Sources(tuple(gone), tuple(f"gone/{n}" for n in ("a.jsonl", "b.parquet", "c.txt.zst", "d.txt.gz")),
+                      "fp", (1000, 1000, 1000, 1000))
+    tasks = plan_reads(sources, CFG, split_bytes=300)
+    assert [(t.name, t.start, t.end, t.size) for t in tasks] == [
+        (name, lo, hi, 1000) for name in ("gone/a.jsonl", "gone/b.parquet", "gone/c.txt.zst")
+        for lo, hi in ((0, 300), (300, 600), (600, 900), (900, -1))] + [("gone/d.txt.gz", 0, -1, 1000)]
+    # A listing without sizes (Sources built by hand): one task per file, reads not checked.
+    assert plan_reads(Sources(tuple(gone), tuple(gone), "fp"), CFG, split_bytes=300) == [
+        ReadTask(p, p, 0, -1, -1) for p in gone]
 
 
 # ---------------------------------------------------------------------------------------------

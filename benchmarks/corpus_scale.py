@@ -1,0 +1,388 @@
+"""How build-corpus grows with the data: per size and stage, time, MB/s, driver memory, shuffles.
+
+    .venv/bin/python benchmarks/corpus_scale.py --sizes 0.25,0.5,1,2 [--json OUT] [--work DIR]
+    .venv/bin/python benchmarks/corpus_scale.py --blocks 512,1024,2048 [--rows 200000] [--json OUT]
+    .venv/bin/python benchmarks/corpus_scale.py --quick                  (smoke run of both modes)
+
+Sizes (GB of document text). Each size's corpus is written by ``synthetic.web_corpus`` (real
+sentences from the shared books, 5% exact and 3% near duplicates, 10% boilerplate pages) into
+``--work`` and reused while its summary matches. The build runs with the default ``web``
+profile on local Ray with ``num_cpus=2`` in a FRESH child process per size, pinned to two cores
+(``sched_setaffinity``, as ``benchmarks/corpus_pipeline.py`` does), so each size's driver memory
+is its own. The child wraps ``CorpusBuild.run_stage`` of its build (this script's wrapper, not
+the library): before a stage it writes ``5`` to ``/proc/self/clear_refs`` (resets the peak
+resident set, VmHWM), after it reads VmHWM: the driver's peak RSS per stage. A thread samples
+the objects the driver owns (the raylet's per-worker stats, every second; a sampled peak is a
+lower bound). The manifest gives each stage's seconds, MB/s, documents, drops, read tasks
+(``stats[stage]["read_tasks"]``) and shuffles (``stats[stage]["shuffles"]``), printed when present.
+Dedup precision/recall compare the quarantine (``rejected/`` parts: ``dedup:exact`` and
+``dedup:near`` with "duplicate of uid N") with the generator's truth; a document's pipeline id is
+``data/<file>:<offset>``, its uid ``stable_uid(id)``. Drops are counted per group (a source and
+its planted copies), restricted to documents that reached dedup (the filter may drop some);
+a drop whose "duplicate of" lies outside its group is a false positive. Goals: whole-build MB/s at
+the largest size >= 0.85x the smallest; driver peak RSS at the largest <= 1.5x the smallest.
+
+Blocks (``--blocks M1,M2,..``): the four shuffles side by side on a small input forced into
+cluster-sized block counts; see ``benchmarks/corpus_scale_shuffles.py``.
+
+Every report starts with the CPU (``lscpu`` model, amx_bf16 / avx512_bf16 / AVX2-only) and the
+load average: on the shared 2-core box, compare only figures taken under similar load.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+BOOKS = "/work/shared/data/corpus/gutenberg"
+
+
+# ------------------------------------------------------------------------------ machine, memory
+def cpu_kind() -> dict[str, Any]:
+    model = ""
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout
+        model = next((line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name")), "")
+    except OSError:
+        pass
+    flags = set()
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("flags"):
+            flags = set(line.split(":", 1)[1].split())
+            break
+    kind = ("amx_bf16" if "amx_bf16" in flags else "avx512_bf16" if "avx512_bf16" in flags
+            else "AVX2-only" if "avx2" in flags else "no AVX2")
+    return {"model": model, "kind": kind, "cores": len(os.sched_getaffinity(0)),
+            "loadavg": [round(x, 2) for x in os.getloadavg()]}
+
+
+def machine_line(m: dict[str, Any]) -> str:
+    return f"CPU: {m['model']} ({m['kind']}), {m['cores']} cores; load average {m['loadavg']}"
+
+
+def reset_peak_rss() -> None:
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+
+
+def _status_mb(field: str) -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field):
+            return round(int(line.split()[1]) / 1024, 1)
+    return 0.0
+
+
+def peak_rss_mb() -> float:
+    return _status_mb("VmHWM:")
+
+
+def current_rss_mb() -> float:
+    return _status_mb("VmRSS:")
+
+
+class ObjectSampler:
+    """Peak objects owned by the driver and by all Ray processes, sampled in a thread."""
+
+    def __init__(self, interval: float):
+        self.interval, self.driver, self.total = interval, 0, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def sample(self) -> tuple[int, int, int]:
+        """(driver-owned objects, all owned objects, plasma objects created so far)."""
+        import ray
+        from ray._private.internal_api import node_stats
+
+        driver = total = created = 0
+        for node in ray.nodes():
+            if not node.get("Alive"):
+                continue
+            s = node_stats(node["NodeManagerAddress"], node["NodeManagerPort"], include_memory_info=False)
+            created += int(s.store_stats.cumulative_created_objects)
+            for w in s.core_workers_stats:
+                total += w.num_owned_objects
+                driver += w.num_owned_objects if w.worker_type == 1 else 0  # 1: DRIVER
+        return driver, total, created
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self.update()
+            self._stop.wait(self.interval)
+
+    def update(self) -> None:
+        try:
+            driver, total, _ = self.sample()
+        except Exception:  # noqa: BLE001 - a failed sample must not end the measurement
+            return
+        self.driver, self.total = max(self.driver, driver), max(self.total, total)
+
+    def reset(self) -> None:
+        self.driver = self.total = 0
+        self.update()
+
+    def __enter__(self) -> ObjectSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.update()
+
+
+def run_child(args: list[str], cpus: int = 2) -> dict[str, Any]:
+    """This script in a fresh process confined to ``cpus`` cores; its last stdout line (JSON)."""
+    cores = sorted(os.sched_getaffinity(0))[:cpus]
+    env = dict(os.environ, TOKENIZERS_PARALLELISM="false", RAY_ENABLE_UV_RUN_RUNTIME_ENV="0")
+    proc = subprocess.run([sys.executable, __file__, *args], env=env, capture_output=True, text=True,
+                          preexec_fn=lambda: os.sched_setaffinity(0, cores))
+    if proc.returncode != 0:
+        raise RuntimeError(f"child {args} failed:\n{proc.stderr[-4000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+# ------------------------------------------------------------------------------ sizes: build
+def corpus_for(size_gb: float, work: Path, seed: int = 0, books: str | None = BOOKS) -> tuple[Path, dict]:
+    """The generated corpus of ``size_gb`` GB of text in ``work`` (made once, then reused)."""
+    from synthetic import web_corpus
+
+    folder = work / f"web-{size_gb:g}gb-s{seed}"
+    target = int(size_gb * 1e9)
+    try:
+        summary = json.loads((folder / "summary.json").read_text())
+        if summary["version"] == web_corpus.VERSION and summary["target_bytes"] == target:
+            return folder, summary
+    except (OSError, ValueError, KeyError):
+        pass
+    return folder, web_corpus.write_web_corpus(folder, target, seed=seed, books=books)
+
+
+def build_child(src: str, out: str, cpus: int) -> dict[str, Any]:
+    """One build in this process with per-stage driver memory (the child of ``measure_size``)."""
+    import ray
+
+    from pipelines.config import CorpusConfig
+    from pipelines.engine import raydata
+    from pipelines.engine.runner import CorpusBuild
+
+    shutil.rmtree(out, ignore_errors=True)
+    raydata.init_ray(num_cpus=cpus)
+    baseline = peak_rss_mb()
+    build = CorpusBuild([src], out, CorpusConfig.from_dict({"profile": "web"}))
+    stages: dict[str, dict[str, Any]] = {}
+    run_stage = build.run_stage
+    with ObjectSampler(1.0) as sampler:
+        def measured(name: str):
+            reset_peak_rss()
+            sampler.reset()
+            start = time.perf_counter()
+            result = run_stage(name)
+            sampler.update()
+            stages[name] = {"wall": round(time.perf_counter() - start, 3), "peak_rss_mb": peak_rss_mb(),
+                            "peak_driver_objects": sampler.driver, "peak_objects": sampler.total}
+            return result
+
+        build.run_stage = measured  # run() calls self.run_stage: only this build is wrapped
+        start = time.perf_counter()
+        manifest = build.run()
+        seconds = time.perf_counter() - start
+    ray.shutdown()
+    return {"seconds": round(seconds, 3), "baseline_rss_mb": baseline, "stages": stages,
+            "stats": manifest.stats}
+
+
+def read_rejected(out: str) -> dict[str, tuple[str, str]]:
+    """Every quarantined document of the build at ``out``: id -> (reason, detail)."""
+    import zstandard
+
+    from common import storage
+    from pipelines import schema
+
+    manifest = schema.Manifest.load(out)
+    found = {}
+    for r in manifest.rejected:
+        data = zstandard.ZstdDecompressor().stream_reader(storage.read_bytes(storage.join(out, r.path))).read()
+        for line in data.splitlines():
+            if line:
+                rec = json.loads(line)
+                found[rec["id"]] = (rec["reason"], rec.get("detail", ""))
+    return found
+
+
+def dedup_scores(truth: list[dict], rejected: dict[str, tuple[str, str]], prefix: str = "data") -> dict:
+    """Exact and near dedup precision/recall against the planted truth (module docstring)."""
+    from common.hashing import stable_uid
+
+    def pid(file: str, offset: int) -> str:
+        return f"{prefix}/{file}:{offset}"
+
+    groups: dict[str, dict[str, list[str]]] = {}  # source id -> {"exact": [pids], "near": [pids]}
+    group_of: dict[int, str] = {}  # uid -> source id
+    exact_class: dict[int, str] = {}  # uid -> source id (source and its exact copies)
+    boilerplate = set()
+    for t in truth:
+        me = pid(t["file"], t["offset"])
+        if t["kind"] == "boilerplate":
+            boilerplate.add(stable_uid(me))
+            continue
+        src = pid(t["of_file"], t["of_offset"])
+        g = groups.setdefault(t["of"], {"exact": [src], "near": []})
+        g[t["kind"]].append(me)
+        for p in (src, me):
+            group_of[stable_uid(p)] = t["of"]
+        exact_class[stable_uid(src)] = t["of"]
+        if t["kind"] == "exact":
+            exact_class[stable_uid(me)] = t["of"]
+
+    def reached_dedup(p: str) -> bool:
+        reason = rejected.get(p, ("", ""))[0]
+        return not (reason.startswith("ingest:") or reason.startswith("filter:"))
+
+    expect_exact = expect_near = 0
+    for g in groups.values():
+        alive = [p for p in g["exact"] if reached_dedup(p)]
+        expect_exact += max(len(alive) - 1, 0)
+        expect_near += max(min(len(alive), 1) + sum(map(reached_dedup, g["near"])) - 1, 0)
+    out = {}
+    for kind, classes, expected in (("exact", exact_class, expect_exact), ("near", group_of, expect_near)):
+        dropped = tp = on_boilerplate = 0
+        for p, (reason, detail) in rejected.items():
+            if reason != f"dedup:{kind}":
+                continue
+            dropped += 1
+            m = re.search(r"uid (\d+)", detail)
+            me, target = stable_uid(p), int(m.group(1)) if m else -1
+            if me in classes and classes.get(target) == classes[me]:
+                tp += 1
+            elif me in boilerplate or target in boilerplate:
+                on_boilerplate += 1
+        out[kind] = {"expected": expected, "dropped": dropped, "true": tp,
+                     "precision": round(tp / dropped, 4) if dropped else 1.0,
+                     "recall": round(tp / expected, 4) if expected else 1.0,
+                     "false_on_boilerplate": on_boilerplate}
+    return out
+
+
+def measure_size(size_gb: float, work: Path, cpus: int, keep: bool = False) -> dict[str, Any]:
+    from synthetic import web_corpus
+
+    folder, summary = corpus_for(size_gb, work)
+    out = work / f"build-{size_gb:g}gb"
+    result = run_child(["--child-build", str(folder / "data"), str(out), str(cpus)], cpus)
+    result["dedup"] = dedup_scores(web_corpus.read_truth(folder), read_rejected(str(out)))
+    result.update(size_gb=size_gb, corpus={k: summary[k] for k in ("text_bytes", "compressed_bytes", "documents",
+                                                                   "planted", "mb_per_sec")})
+    bytes_in = result["stats"]["ingest"]["bytes_in"]
+    result["mb_per_sec"] = round(bytes_in / 1e6 / max(result["seconds"], 1e-9), 3)
+    result["peak_rss_mb"] = max(s["peak_rss_mb"] for s in result["stages"].values())
+    if not keep:
+        shutil.rmtree(out, ignore_errors=True)
+    return result
+
+
+def size_report(results: list[dict[str, Any]]) -> tuple[list[str], dict[str, bool]]:
+    lines = []
+    for r in results:
+        c = r["corpus"]
+        lines.append(f"\n== {r['size_gb']:g} GB: {c['text_bytes'] / 1e6:.1f} MB of text, {c['documents']:,} documents "
+                     f"(planted {c['planted']}; generated at {c.get('mb_per_sec', 0):.0f} MB/s), "
+                     f"build {r['seconds']:.1f} s, {r['mb_per_sec']:.2f} MB/s, driver peak "
+                     f"RSS {r['peak_rss_mb']:.0f} MB (after start-up {r['baseline_rss_mb']:.0f} MB)")
+        lines.append(f"{'stage':<12}{'s':>8}{'MB/s':>8}{'docs in':>10}{'docs out':>10}{'RSS MB':>8}"
+                     f"{'drv obj':>9}{'blocks':>8}  dropped")
+        for name, m in r["stages"].items():
+            s = r["stats"].get(name, {})
+            rate = f"{s['mb_per_sec']:.2f}" if "mb_per_sec" in s else "-"
+            lines.append(f"{name:<12}{s.get('seconds', m['wall']):>8.1f}{rate:>8}"
+                         f"{s.get('documents_in', '-'):>10}{s.get('documents_out', '-'):>10}{m['peak_rss_mb']:>8.0f}"
+                         f"{m['peak_driver_objects']:>9}{s.get('read_tasks', '-'):>8}  {s.get('dropped', '')}")
+            for sh in s.get("shuffles", []):
+                lines.append("    shuffle " + ", ".join(f"{k}={v}" for k, v in sh.items()))
+        for kind, d in r["dedup"].items():
+            lines.append(f"dedup {kind}: precision {d['precision']:.4f}, recall {d['recall']:.4f} ({d['true']} right of "
+                         f"{d['dropped']} dropped, {d['expected']} expected; {d['false_on_boilerplate']} false on "
+                         f"boilerplate)")
+    goals = {}
+    if len(results) >= 2:
+        lo, hi = results[0], results[-1]
+        t_ratio = hi["mb_per_sec"] / max(lo["mb_per_sec"], 1e-9)
+        m_ratio = hi["peak_rss_mb"] / max(lo["peak_rss_mb"], 1e-9)
+        goals = {"throughput": t_ratio >= 0.85, "driver_rss": m_ratio <= 1.5}
+        lines.append(f"\n{'✓' if goals['throughput'] else '✗'} throughput {hi['size_gb']:g} GB / {lo['size_gb']:g} GB: "
+                     f"{hi['mb_per_sec']:.2f} / {lo['mb_per_sec']:.2f} MB/s = {t_ratio:.2f}x (goal >= 0.85x)")
+        lines.append(f"{'✓' if goals['driver_rss'] else '✗'} driver peak RSS {hi['size_gb']:g} GB / {lo['size_gb']:g} GB: "
+                     f"{hi['peak_rss_mb']:.0f} / {lo['peak_rss_mb']:.0f} MB = {m_ratio:.2f}x (goal <= 1.5x)")
+    return lines, goals
+
+
+# ------------------------------------------------------------------------------ command line
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--sizes", help="GB of text per build, comma-separated (e.g. 0.25,0.5,1,2)")
+    p.add_argument("--blocks", help="block counts for the shuffle comparison (e.g. 512,1024,2048)")
+    p.add_argument("--rows", type=int, default=200_000, help="rows shuffled in --blocks mode")
+    p.add_argument("--partitions", type=int, default=8, help="shuffle partitions in --blocks mode")
+    p.add_argument("--methods", default="sort,hash,v2,storage", help="shuffles compared in --blocks mode")
+    p.add_argument("--cpus", type=int, default=2)
+    p.add_argument("--work", default=str(REPO / "bench_out" / "corpus_scale"), help="corpora and builds")
+    p.add_argument("--keep", action="store_true", help="keep the built corpora")
+    p.add_argument("--quick", action="store_true", help="smoke run: --sizes 0.002,0.004 --blocks 32,64 --rows 20000")
+    p.add_argument("--json", help="write every figure here")
+    p.add_argument("--child-build", nargs=3, help=argparse.SUPPRESS)
+    p.add_argument("--child-shuffle", nargs=5, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.child_build:
+        print(json.dumps(build_child(args.child_build[0], args.child_build[1], int(args.child_build[2]))))
+        return 0
+    if args.child_shuffle:
+        from benchmarks.corpus_scale_shuffles import shuffle_child
+
+        method, m, rows, parts, folder = args.child_shuffle
+        print(json.dumps(shuffle_child(method, int(m), int(rows), int(parts), folder)))
+        return 0
+    if args.quick:
+        args.sizes, args.blocks, args.rows = args.sizes or "0.002,0.004", args.blocks or "32,64", 20_000
+    if not args.sizes and not args.blocks:
+        p.error("give --sizes, --blocks or --quick")
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    machine = cpu_kind()
+    print(machine_line(machine), flush=True)
+    report: dict[str, Any] = {"machine": machine}
+    if args.sizes:
+        results = []
+        for size in (float(s) for s in args.sizes.split(",")):
+            print(f"building {size:g} GB ...", file=sys.stderr, flush=True)
+            results.append(measure_size(size, work, args.cpus, keep=args.keep))
+        lines, goals = size_report(results)
+        print("\n".join(lines))
+        report.update(sizes=results, size_goals=goals)
+    if args.blocks:
+        from benchmarks.corpus_scale_shuffles import blocks_report, run_blocks
+
+        runs = run_blocks([int(b) for b in args.blocks.split(",")], args.rows, args.partitions, work,
+                          tuple(args.methods.split(",")))
+        lines, goals = blocks_report(runs)
+        print("\n" + "\n".join(lines))
+        report.update(blocks=runs, block_goals=goals)
+    report["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
+    print(f"load average at the end: {report['loadavg_end']}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

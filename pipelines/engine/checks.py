@@ -1,0 +1,96 @@
+"""What the runner checks around a stage attempt: its outputs before the marker, its failure
+before a retry.
+
+Outputs. A stage's record lists every object it wrote with its size: the data parts in its
+cache, its quarantine parts, the shards of the shard stage. Each object was already checked by
+the task that wrote it (``storage.write_bytes`` compares the stored size, ``parts`` the Parquet
+row count); ``check_outputs`` checks them again together, with one listing per folder (no request
+per object), right before the completion marker, so a marker never promises an object that is
+missing or has another size (deleted by a lifecycle rule, overwritten by a second writer).
+
+Failures. A stage attempt is retried, from scratch, when it failed for a reason that can pass:
+the store stayed unavailable past the storage layer's own retries
+(``storage.StoreUnavailableError``), or Ray lost a worker, a node or an object (a node that
+died, a worker killed for memory). Anything else (bad config, a permanent store error such as a
+403, a bug) fails at once: retrying would only repeat it.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from common import storage
+
+_RAY_TRANSIENT = ("WorkerCrashedError", "NodeDiedError", "ObjectLostError", "OwnerDiedError",
+                  "ObjectReconstructionFailedError", "ObjectFetchTimedOutError", "RaySystemError",
+                  "ActorDiedError", "ActorUnavailableError", "LocalRayletDiedError", "OutOfMemoryError",
+                  "ReferenceCountingAssertionError", "TaskUnschedulableError")
+
+
+class OutputMismatch(storage.StorageError):
+    """An object a stage listed is missing from the store or has another size."""
+
+
+def check_outputs(expected: dict[str, dict[str, int]]) -> int:
+    """``expected`` = {folder: {relative name: bytes}}; raises ``OutputMismatch`` naming the first
+    object that is missing or of another size. Returns the number of objects checked."""
+    checked = 0
+    for folder, files in expected.items():
+        if not files:
+            continue
+        present = storage.list_sizes(folder)
+        for name, size in sorted(files.items()):
+            got = present.get(name)
+            if got is None:
+                raise OutputMismatch(f"{storage.join(folder, name)}: written by this stage but not on the store")
+            if got != size:
+                raise OutputMismatch(f"{storage.join(folder, name)}: the stage wrote {size} bytes, the store "
+                                     f"holds {got}")
+            checked += 1
+    return checked
+
+
+def _causes(exc: BaseException) -> list[BaseException]:
+    """``exc`` and everything it wraps (``__cause__``, ``__context__``, Ray's ``cause``)."""
+    seen: list[BaseException] = []
+    todo = [exc]
+    while todo:
+        e = todo.pop()
+        if e is None or any(e is s for s in seen):
+            continue
+        seen.append(e)
+        todo += [e.__cause__, e.__context__, getattr(e, "cause", None)]
+    return [e for e in seen if isinstance(e, BaseException)]
+
+
+def transient(exc: BaseException) -> bool:
+    """Whether a stage attempt that raised ``exc`` may succeed when run again."""
+    unavailable = getattr(storage, "StoreUnavailableError", ())
+    for e in _causes(exc):
+        if unavailable and isinstance(e, unavailable):
+            return True
+        if type(e).__module__.startswith("ray") and type(e).__name__ in _RAY_TRANSIENT:
+            return True
+    return False
+
+
+def unwrapped(exc: BaseException) -> BaseException:
+    """The error raised in our code when ``exc`` is Ray's wrapper of it (a ``RayTaskError``
+    carrying it as ``cause``): its message is the one to show, without Ray's task header."""
+    cause = getattr(exc, "cause", None)
+    if type(exc).__name__.startswith("RayTaskError") and isinstance(cause, Exception):
+        return unwrapped(cause)
+    return exc
+
+
+def expected_outputs(corpus: str, cache: str, rejected: str, record: dict[str, Any]) -> dict[str, dict[str, int]]:
+    """The objects a stage's record lists, by folder, with their sizes."""
+    out: dict[str, dict[str, int]] = {}
+    for f in record.get("files", []):
+        if "bytes" in f:
+            out.setdefault(storage.join(cache, "data"), {})[f["name"]] = int(f["bytes"])
+    for f in record.get("rejected", []):
+        out.setdefault(rejected, {})[f["name"]] = int(f["bytes"])
+    for s in record.get("product", {}).get("shards", []):
+        folder, _, name = s["path"].rpartition("/")
+        out.setdefault(storage.join(corpus, folder), {})[name] = int(s["bytes"])
+    return out

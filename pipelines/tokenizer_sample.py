@@ -1,0 +1,102 @@
+"""The tokenizer's training sample: chosen in Ray tasks, trained on in one Ray task, never on the driver.
+
+Sample. At most ``TokenizerConfig.sample_bytes`` of document text, chosen by a hash of (seed,
+uid), so the choice depends on the documents only, never on Ray's block order. ``total_bytes``
+(the UTF-8 size of every text, which the previous stage counted) fixes a keep rate with 10%
+slack; read tasks keep the rows under it and write them (uid, hash, text) as Parquet parts into
+the tokenizer stage's scratch folder, returning only their names and counts.
+
+Training. One Ray task reads those parts, trims them in hash order to the exact byte bound,
+sorts the kept texts by uid and trains (``tokenizer.train_tokenizer``), writing the tokenizer
+files to the store. It takes every CPU of one node (up to ``MAX_THREADS``) and gives the
+trainer's thread pool that many threads (the build's other tasks get one each): training is
+the one step of the stage, and 2 threads train a 45 MB sample in 6.0 s against 11.6 s with one
+(Intel Xeon, 2 cores). The result does not depend on the thread count (``tokenizer``'s
+determinism fixes; a test compares the task's tokenizer with one trained in-process). The driver never holds a document: before, the sample came back
+to it as Python objects (~280 MB at the default 256 MB bound), and on a cluster the driver is
+often the head node, the smallest machine. The task holds the sample once (it is bounded), the
+trainer's counts, and nothing else.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from common import storage
+from common.hashing import hash64, unit_float
+from pipelines import schema
+from pipelines.config import TokenizerConfig
+from pipelines.engine.parts import Parts, part_name, write_parquet
+
+_SLACK = 1.1  # over-sample by 10%, then trim by hash order to the exact byte bound
+MAX_THREADS = 8  # the trainer's parallel parts stop paying off beyond a few threads
+
+
+def _select_block(table: pa.Table, *, seed: int, threshold: float, folder: str) -> pa.Table:
+    uid = table.column("uid").to_numpy(zero_copy_only=False).astype(np.int64)
+    h = hash64(seed, uid)
+    keep = np.flatnonzero(unit_float(h) < threshold)
+    files = []
+    if len(keep):
+        rows = pa.table({"uid": uid[keep], "h": h[keep].view(np.int64),
+                         "text": table.column("text").take(pa.array(keep))})
+        files.append(write_parquet(folder, part_name([uid[keep]], "parquet"), rows))
+    return pa.table({"files": pa.array([files], pa.list_(pa.struct([
+        ("name", pa.string()), ("rows", pa.int64()), ("bytes", pa.int64()), ("row_groups", pa.int64())])))})
+
+
+def write_sample(parts: Parts, *, max_bytes: int, seed: int, total_bytes: int, folder: str) -> Parts:
+    """The candidate rows of the sample, written into ``folder`` by the read tasks."""
+    total = int(total_bytes)
+    if max_bytes <= 0 or total <= 0 or not parts.files:
+        return Parts(folder, ())
+    rate = min(1.0, _SLACK * max_bytes / total)
+    rows = parts.read().select_columns(["uid", "text"]).map_batches(
+        _select_block, batch_format="pyarrow", batch_size=None,
+        fn_kwargs={"seed": seed, "threshold": rate, "folder": folder}).take_all()
+    files = sorted((f for r in rows for f in r["files"]), key=lambda f: f["name"])
+    return Parts(folder, tuple(files))
+
+
+def chosen_texts(sample: Parts, max_bytes: int) -> list[str]:
+    """The sample's texts: in hash order up to ``max_bytes`` (a smaller document further on may
+    still fit), then sorted by uid. Runs where it is called: in the training task."""
+    from pipelines.engine.parts import read_task
+
+    tables = [read_task(sample.folder, t) for t in sample.tasks()]
+    if not tables:
+        return []
+    table = pa.concat_tables(tables)
+    uid = table.column("uid").to_numpy().astype(np.int64)
+    h = table.column("h").to_numpy().view(np.uint64)
+    texts = table.column("text").to_pylist()
+    chosen, used = [], 0
+    for i in np.lexsort((uid, h)):
+        n = len(texts[i].encode("utf-8", "surrogatepass"))
+        if used + n <= max_bytes:
+            chosen.append(i)
+            used += n
+    chosen.sort(key=lambda i: uid[i])
+    return [texts[i] for i in chosen]
+
+
+def _train(sample: Parts, cfg: TokenizerConfig, out_dir: str) -> tuple[schema.TokenizerInfo, int]:
+    from pipelines.tokenizer import train_tokenizer
+
+    texts = chosen_texts(sample, cfg.sample_bytes)
+    return train_tokenizer(texts, cfg, out_dir), sum(len(t.encode("utf-8", "surrogatepass")) for t in texts)
+
+
+def train_on_sample(sample: Parts, cfg: TokenizerConfig, out_dir: str) -> tuple[schema.TokenizerInfo, int]:
+    """Train in one Ray task on ``sample`` and write the tokenizer to ``out_dir``; returns its
+    info and the bytes of text it was trained on."""
+    import ray
+
+    # The CPUs of the largest node alive (a task cannot span nodes); at least one, which an
+    # autoscaling cluster with no worker up yet provides by starting one.
+    per_node = [int(n["Resources"].get("CPU", 0)) for n in ray.nodes() if n.get("Alive")]
+    threads = max(1, min(MAX_THREADS, max(per_node, default=1)))
+    env = {"RAYON_NUM_THREADS": str(threads), "TOKENIZERS_PARALLELISM": "true" if threads > 1 else "false"}
+    task = ray.remote(_train).options(num_cpus=threads, max_retries=2, retry_exceptions=[storage.StorageError],
+                                      runtime_env={"env_vars": env})
+    return ray.get(task.remote(sample, cfg, out_dir))
