@@ -164,13 +164,17 @@ def connected_components(edges: ray.data.Dataset, *, max_iterations: int, work: 
         return Components(edges=current, iterations=0, clusters=0, members=0)
     parts = partitions_for(num_edges * 2 * 32)
     shuffles: list[dict] = []
-    for iteration in range(1, max_iterations + 1):
-        neighbours = current.map_batches(_both_directions, batch_format="numpy")
-        large, sh = group_apply(neighbours, large_star_partition, key="x", partitions=parts,
-                                folder=storage.join(work, f"cc{iteration}-large"), name=f"cc{iteration}_large")
-        large = large.materialize()
+
+    def grouped(ds: ray.data.Dataset, fn, name: str) -> ray.data.Dataset:
+        out, sh = group_apply(ds, fn, key="x", partitions=parts, folder=storage.join(work, name), name=name)
+        out = out.materialize()  # small (edges only); the round's shuffle files can go
         sh.remove()
         shuffles.append(sh.stats)
+        return out
+
+    for iteration in range(1, max_iterations + 1):
+        large = grouped(current.map_batches(_both_directions, batch_format="numpy"), large_star_partition,
+                        f"cc{iteration}_large")
         marks = _marker_sums(large)
         if marks.get(_MARK_VIOLATIONS, 0) == 0:
             # The input was already the star forest, so large-star returned it unchanged.
@@ -178,12 +182,8 @@ def connected_components(edges: ray.data.Dataset, *, max_iterations: int, work: 
             return Components(edges=stars, iterations=iteration,
                               clusters=marks.get(_MARK_CENTRES, 0),
                               members=marks.get(_MARK_LEAVES, 0), shuffles=shuffles)
-        smaller = large.map_batches(_larger_first, batch_format="numpy")
-        current, sh = group_apply(smaller, small_star_partition, key="x", partitions=parts,
-                                  folder=storage.join(work, f"cc{iteration}-small"), name=f"cc{iteration}_small")
-        current = current.materialize()
-        sh.remove()
-        shuffles.append(sh.stats)
+        current = grouped(large.map_batches(_larger_first, batch_format="numpy"), small_star_partition,
+                          f"cc{iteration}_small")
     raise ComponentsNotConverged(
         f"connected components did not converge in {max_iterations} large/small-star rounds; "
         "raise dedup.max_cc_iterations")

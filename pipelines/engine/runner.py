@@ -35,6 +35,7 @@ Publish (``pipelines.engine.publish``): the manifest is assembled from the marke
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import time
 from typing import Any
@@ -87,8 +88,10 @@ class CorpusBuild:
         if name not in self._results:
             uri = storage.join(self.cache(name), SUCCESS)
             try:
-                self._results[name] = StageResult(**storage.read_json(uri))
-            except storage.StorageError:
+                self._results[name] = StageResult(**json.loads(storage.read_bytes(uri)))
+            except (storage.MissingObject, json.JSONDecodeError, UnicodeDecodeError):
+                # No marker, or a torn one: the stage has not finished. Any other error (access
+                # denied, the store unavailable) is raised: it says nothing about the stage.
                 self._results[name] = None
         return self._results[name]
 
@@ -145,9 +148,9 @@ class CorpusBuild:
                        sources=self.sources, inputs=inputs, cache_of=self.cache)
         start = time.perf_counter()
         for attempt in range(1, self.attempts + 1):
-            storage.remove(self.cache(name), recursive=True)  # a killed or failed attempt's leftovers
             self._results.pop(name, None)
             try:
+                storage.remove(self.cache(name), recursive=True)  # a killed or failed attempt's leftovers
                 record = stage.run(run)
                 check_outputs(expected_outputs(self.out, run.cache, run.rejected, record))
                 break
@@ -157,9 +160,10 @@ class CorpusBuild:
                     if original is exc:
                         raise
                     raise original from None
+                original = unwrapped(exc)
                 log.warning("stage %s failed (attempt %d of %d): %s: %s; its partial outputs are discarded "
-                            "and it runs again", name, attempt, self.attempts, type(exc).__name__,
-                            str(exc).splitlines()[0] if str(exc) else "")
+                            "and it runs again", name, attempt, self.attempts, type(original).__name__,
+                            (str(original).splitlines() or [""])[0])
         seconds = time.perf_counter() - start
         stats = with_rates(record.get("stats", {}), seconds)
         stats["attempts"] = attempt

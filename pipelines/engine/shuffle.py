@@ -1,13 +1,16 @@
 """The shuffle of build-corpus: map tasks write partitioned files to the store, reduce tasks read
 one partition each (what Spark's sort shuffle and datatrove's bucketed files do).
 
-Why not Ray Data's shuffles. Its pull-based sort shuffle (the previous engine) makes one reducer
-per input block, so M blocks create M x M objects owned by the driver: measured on 2 cores,
-M = 512 took 30 s and 1.4 GB of driver memory per shuffle, and a cluster reads thousands of
-blocks. Its hash shuffle takes ``num_partitions`` but starts a pool of aggregator actors for
-every shuffle (seconds each, and connected components runs a dozen shuffles), and both keep the
-shuffled rows in the object store, which a lost node takes with it. ``benchmarks/corpus_scale.py
---blocks`` measures the three side by side.
+Why not Ray Data's shuffles (``benchmarks/corpus_scale.py --blocks`` runs the four side by side
+on cluster-sized block counts; the figures are in the README). Its pull-based sort shuffle (the
+previous engine) makes one reducer per input block: M blocks create M x M objects owned by the
+driver, quadratic in time and in the driver's memory. Its hash shuffle takes ``num_partitions``
+but starts a pool of aggregator actors for every shuffle and feeds them one actor call per
+block piece. Ray 2.60's default (``SHUFFLE_V2``) grows linearly, but still costs seconds per
+shuffle (connected components runs a dozen) and keeps the shuffled rows in the object store,
+where a lost node takes them with it and a big shuffle spills. Here the rows go to the store
+the build writes to anyway: a lost node costs only its running tasks, and a small shuffle costs
+a fraction of a second.
 
 Map side. The rows to shuffle are a Ray Dataset with an int64 column ``_part`` in ``[0, P)``.
 The driver streams the dataset's blocks (``iter_internal_ref_bundles``: it holds object
@@ -23,9 +26,12 @@ failed attempt is never read.
 Reduce side. ``reduce`` runs one task per partition: it reads, from every map file, the 16 bytes
 of the trailer that bound its partition, then that byte range (``storage.read_ranges``:
 concurrent ranged GETs), concatenates the slices and hands them to the reduce function. Reads per
-shuffle = map files x partitions, both sized by the data (``raydata.partitions_for``), so a
-shuffle's cost grows with the bytes it moves, not with the blocks that carried them. The driver
-holds the list of map files: O(map files), never O(blocks x partitions).
+shuffle = 2 x map files x partitions, both sized by the data (``raydata.partitions_for``): a
+shuffle's cost follows the bytes it moves, not the blocks that carried them. Over very large
+shuffles the reads grow as the square of the bytes (each read getting smaller, ``file_bytes`` /
+partitions), the shape of Spark's sort shuffle too; ``file_bytes`` is large so that this stays
+far below the per-block growth it replaces (the README works it out for a 25 B-token corpus).
+The driver holds the list of map files: O(map files), never O(blocks x partitions).
 
 Every read and write goes through ``common.storage`` (retried on transient store errors); the
 files live under the stage's cache folder, which the runner empties before an attempt and

@@ -17,14 +17,10 @@ import pytest
 
 from common import storage
 from pipelines import schema
-from synthetic import prose
-from pipelines.config import CorpusConfig
-from pipelines.engine.runner import CorpusBuild
 from tests._procs import run_in_group
+from tests.flows._bucket_corpus import bucket_corpus
 
 ROOT = Path(__file__).resolve().parents[2]
-CFG = {"tokenizer": {"vocab_size": 900, "min_frequency": 1}, "shard": {"min_shards_per_split": 3},
-       "pack": {"seq_len": 64, "validation_fraction": 0.1, "seed": 7}}
 pytestmark = pytest.mark.slow
 
 
@@ -46,15 +42,7 @@ def shard_bytes(corpus: str) -> tuple[list[bytes], bytes]:
 
 @pytest.fixture(scope="module")
 def setting(tmp_path_factory, s3_server, ray_local, ray_cluster):
-    tmp = tmp_path_factory.mktemp("cluster")
-    raw = prose.write_corpus(tmp / "raw", num_docs=200, seed=11)
-    bucket = s3_server.bucket("corpus")
-    for rel in storage.find(str(raw)):
-        storage.write_bytes(f"{bucket}/raw/{rel}", (raw / rel).read_bytes())
-    storage.write_json(f"{bucket}/corpus.json", CFG)
-    local = tmp / "local"
-    CorpusBuild([str(raw)], str(local), CorpusConfig.from_dict(CFG)).run()
-    return {"tmp": tmp, "raw": raw, "bucket": bucket, "local": str(local), "address": ray_cluster}
+    return {**bucket_corpus(tmp_path_factory.mktemp("cluster"), s3_server, "corpus"), "address": ray_cluster}
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -27,14 +26,11 @@ from pathlib import Path
 
 import pytest
 
-from common import storage
 from electra.distributed import free_port
 from pipelines import schema
-from pipelines.config import CorpusConfig
-from pipelines.engine.runner import CorpusBuild
-from synthetic import prose
 from tests._procs import kill_mentioning, run_in_group
-from tests.flows.test_build_corpus_cluster import CFG, cli, driver_env, shard_bytes
+from tests.flows._bucket_corpus import bucket_corpus
+from tests.flows.test_build_corpus_cluster import cli, driver_env, shard_bytes
 
 HOOK_DIR = Path(__file__).resolve().parent / "_node_loss"
 # Where the worker node dies: call number n of a function on it, in the middle of exact_dedup.
@@ -72,15 +68,7 @@ def _alive(pid: int) -> bool:
 
 @pytest.fixture(scope="module")
 def setting(tmp_path_factory, s3_server, ray_local):
-    tmp = tmp_path_factory.mktemp("node_loss")
-    raw = prose.write_corpus(tmp / "raw", num_docs=200, seed=11)
-    bucket = s3_server.bucket("nodeloss")
-    for rel in storage.find(str(raw)):
-        storage.write_bytes(f"{bucket}/raw/{rel}", (raw / rel).read_bytes())
-    storage.write_json(f"{bucket}/corpus.json", CFG)
-    local = tmp / "local"
-    CorpusBuild([str(raw)], str(local), CorpusConfig.from_dict(CFG)).run()
-    return {"tmp": tmp, "bucket": bucket, "local": str(local)}
+    return bucket_corpus(tmp_path_factory.mktemp("node_loss"), s3_server, "nodeloss")
 
 
 @pytest.fixture

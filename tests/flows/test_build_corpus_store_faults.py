@@ -18,31 +18,17 @@ import pytest
 
 from common import storage
 from pipelines import schema
-from pipelines.config import CorpusConfig
-from pipelines.engine.runner import CorpusBuild
-from synthetic import prose
 from tests._procs import run_in_group
 from tests._s3proxy import S3Proxy
+from tests.flows._bucket_corpus import bucket_corpus
 
 ROOT = Path(__file__).resolve().parents[2]
-CFG = {"tokenizer": {"vocab_size": 900, "min_frequency": 1}, "shard": {"min_shards_per_split": 3},
-       "pack": {"seq_len": 64, "validation_fraction": 0.1, "seed": 7}}
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory, s3_server, ray_local):
-    """The raw files in a bucket, the config beside them, and a local build of the same files."""
-    tmp = tmp_path_factory.mktemp("faults")
-    raw = prose.write_corpus(tmp / "raw", num_docs=200, seed=11)
-    bucket = s3_server.bucket("faults")
-    for rel in storage.find(str(raw)):
-        storage.write_bytes(f"{bucket}/raw/{rel}", (raw / rel).read_bytes())
-    storage.write_json(f"{bucket}/corpus.json", CFG)
-    local = tmp / "local"
-    CorpusBuild([str(raw)], str(local), CorpusConfig.from_dict(CFG)).run()
-    return {"tmp": tmp, "bucket": bucket, "local": str(local), "upstream": s3_server.endpoint,
-            "names": sorted(storage.find(str(raw)))}
+    return {**bucket_corpus(tmp_path_factory.mktemp("faults"), s3_server, "faults"), "upstream": s3_server.endpoint}
 
 
 def shards_of(corpus: str) -> tuple[list[bytes], bytes]:
