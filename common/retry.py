@@ -106,12 +106,21 @@ class Mismatch(Exception):
 
 
 # ------------------------------------------------------------------------------ classification
-def _chain(exc: BaseException):
+def ray_cause(exc: BaseException) -> BaseException | None:
+    """The error raised in a Ray task when ``exc`` is Ray's wrapper of it (a ``RayTaskError``,
+    which carries it as ``cause``); else None."""
+    cause = getattr(exc, "cause", None)
+    return cause if type(exc).__name__.startswith("RayTaskError") and isinstance(cause, BaseException) else None
+
+
+def chain(exc: BaseException):
+    """``exc`` and what it wraps, outermost first: for Ray's wrapper the error raised in the task,
+    else the ``__cause__``, else the ``__context__`` (unless suppressed)."""
     seen = set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
         yield exc
-        exc = exc.__cause__ or (None if exc.__suppress_context__ else exc.__context__)
+        exc = ray_cause(exc) or exc.__cause__ or (None if exc.__suppress_context__ else exc.__context__)
 
 
 def _http(exc: BaseException) -> tuple[int | None, str]:
@@ -128,14 +137,14 @@ def _http(exc: BaseException) -> tuple[int | None, str]:
 
 def codes(exc: BaseException) -> list[tuple[int | None, str]]:
     """Every (status, code) pair along the cause chain of ``exc``."""
-    return [sc for e in _chain(exc) if (sc := _http(e)) != (None, "")]
+    return [sc for e in chain(exc) if (sc := _http(e)) != (None, "")]
 
 
 def label(exc: BaseException) -> str:
     """A short one-line name of the error: ``503 SlowDown``, ``ConnectionClosedError: ...``."""
     if isinstance(exc, Mismatch):
         return str(exc)
-    for e in _chain(exc):  # the same order as ``transient``: the outermost telling error names it
+    for e in chain(exc):  # the same order as ``transient``: the outermost telling error names it
         status, code = _http(e)
         if status is not None and code and code != str(status):
             return f"{status} {code}"
@@ -159,7 +168,7 @@ def transient(exc: BaseException) -> bool:
         return True
     if isinstance(exc, (StorageError, *_PERMANENT_TYPES)):
         return False
-    for e in _chain(exc):
+    for e in chain(exc):
         status, code = _http(e)
         if status is not None or code:
             return status in TRANSIENT_STATUS or code in TRANSIENT_CODES

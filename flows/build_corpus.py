@@ -152,22 +152,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def user_error(exc: BaseException) -> str | None:
     """The one line to show for an error the user can act on (a location, a source, a config
     key, the store), found anywhere in what ``exc`` wraps (Ray wraps task errors); else None."""
+    from common.retry import chain, ray_cause
     from common.storage import StorageError
     from pipelines.dedup.components import ComponentsNotConverged
     from pipelines.ingest import SourceError
 
-    seen, todo = [], [exc]
-    while todo:
-        e = todo.pop()
-        if e is None or any(e is s for s in seen):
-            continue
-        seen.append(e)
-        if isinstance(getattr(e, "cause", None), BaseException):  # Ray's wrapper of a task's error
-            todo.append(e.cause)
-            continue
-        if isinstance(e, (StorageError, SourceError, strict.ConfigError, ComponentsNotConverged)):
+    for e in chain(exc):
+        if ray_cause(e) is None and isinstance(e, (StorageError, SourceError, strict.ConfigError,
+                                                   ComponentsNotConverged)):
             return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        todo += [e.__cause__, e.__context__, getattr(e, "cause", None)]
     return None
 
 

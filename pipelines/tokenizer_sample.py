@@ -26,13 +26,13 @@ from common import storage
 from common.hashing import hash64, unit_float
 from pipelines import schema
 from pipelines.config import TokenizerConfig
-from pipelines.engine.parts import Parts, part_name, write_parquet
+from pipelines.engine.parts import Parts, part_name, run_writers, summary_row, write_parquet
 
 _SLACK = 1.1  # over-sample by 10%, then trim by hash order to the exact byte bound
 MAX_THREADS = 8  # the trainer's parallel parts stop paying off beyond a few threads
 
 
-def _select_block(table: pa.Table, *, seed: int, threshold: float, folder: str) -> pa.Table:
+def _select_block(table: pa.Table, *, seed: int, threshold: float, folder: str) -> dict[str, np.ndarray]:
     uid = table.column("uid").to_numpy(zero_copy_only=False).astype(np.int64)
     h = hash64(seed, uid)
     keep = np.flatnonzero(unit_float(h) < threshold)
@@ -41,8 +41,7 @@ def _select_block(table: pa.Table, *, seed: int, threshold: float, folder: str) 
         rows = pa.table({"uid": uid[keep], "h": h[keep].view(np.int64),
                          "text": table.column("text").take(pa.array(keep))})
         files.append(write_parquet(folder, part_name([uid[keep]], "parquet"), rows))
-    return pa.table({"files": pa.array([files], pa.list_(pa.struct([
-        ("name", pa.string()), ("rows", pa.int64()), ("bytes", pa.int64()), ("row_groups", pa.int64())])))})
+    return summary_row(files=files)
 
 
 def write_sample(parts: Parts, *, max_bytes: int, seed: int, total_bytes: int, folder: str) -> Parts:
@@ -51,11 +50,9 @@ def write_sample(parts: Parts, *, max_bytes: int, seed: int, total_bytes: int, f
     if max_bytes <= 0 or total <= 0 or not parts.files:
         return Parts(folder, ())
     rate = min(1.0, _SLACK * max_bytes / total)
-    rows = parts.read().select_columns(["uid", "text"]).map_batches(
-        _select_block, batch_format="pyarrow", batch_size=None,
-        fn_kwargs={"seed": seed, "threshold": rate, "folder": folder}).take_all()
-    files = sorted((f for r in rows for f in r["files"]), key=lambda f: f["name"])
-    return Parts(folder, tuple(files))
+    written = run_writers(parts.read().select_columns(["uid", "text"]), _select_block, seed=seed,
+                          threshold=rate, folder=folder)
+    return Parts(folder, tuple(sorted((f for w in written for f in w["files"]), key=lambda f: f["name"])))
 
 
 def chosen_texts(sample: Parts, max_bytes: int) -> list[str]:

@@ -159,8 +159,8 @@ def near_dedup(parts: Parts, cfg: DedupConfig, *, work: str) -> tuple[Any, dict[
     comps = connected_components(edges, max_iterations=cfg.max_cc_iterations, work=storage.join(work, "cc"))
     pairs = comps.edges.map_batches(_member_pairs, batch_format="numpy")
     marks = build_marks(pairs, num_files=len(parts.files), folder=storage.join(work, "marks"), name="near_marks")
+    refused = sum(int(r["n"]) for r in edges.map_batches(_refused, batch_format="numpy").take_all())
     stats = {"near_duplicates": marks.count, "clusters": comps.clusters, "cc_iterations": comps.iterations,
-             "refused_checks": int(sum(int(r["n"]) for r in edges.map_batches(_refused, batch_format="numpy")
-                                           .take_all())), "lsh_threshold": round(lsh_threshold(cfg), 4),
+             "refused_checks": refused, "lsh_threshold": round(lsh_threshold(cfg), 4),
              "jaccard_threshold": cfg.jaccard_threshold, "shuffles": [sh.stats, *comps.shuffles, marks.stats]}
     return mark_parts(parts, marks, NEAR), stats

@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from common import storage
+from common.retry import chain, ray_cause
 
 _RAY_TRANSIENT = ("WorkerCrashedError", "NodeDiedError", "ObjectLostError", "OwnerDiedError",
                   "ObjectReconstructionFailedError", "ObjectFetchTimedOutError", "RaySystemError",
@@ -49,24 +50,10 @@ def check_outputs(expected: dict[str, dict[str, int]]) -> int:
     return checked
 
 
-def _causes(exc: BaseException) -> list[BaseException]:
-    """``exc`` and everything it wraps (``__cause__``, ``__context__``, Ray's ``cause``)."""
-    seen: list[BaseException] = []
-    todo = [exc]
-    while todo:
-        e = todo.pop()
-        if e is None or any(e is s for s in seen):
-            continue
-        seen.append(e)
-        todo += [e.__cause__, e.__context__, getattr(e, "cause", None)]
-    return [e for e in seen if isinstance(e, BaseException)]
-
-
 def transient(exc: BaseException) -> bool:
     """Whether a stage attempt that raised ``exc`` may succeed when run again."""
-    unavailable = getattr(storage, "StoreUnavailableError", ())
-    for e in _causes(exc):
-        if unavailable and isinstance(e, unavailable):
+    for e in chain(exc):
+        if isinstance(e, storage.StoreUnavailableError):
             return True
         if type(e).__module__.startswith("ray") and type(e).__name__ in _RAY_TRANSIENT:
             return True
@@ -74,11 +61,10 @@ def transient(exc: BaseException) -> bool:
 
 
 def unwrapped(exc: BaseException) -> BaseException:
-    """The error raised in our code when ``exc`` is Ray's wrapper of it (a ``RayTaskError``
-    carrying it as ``cause``): its message is the one to show, without Ray's task header."""
-    cause = getattr(exc, "cause", None)
-    if type(exc).__name__.startswith("RayTaskError") and isinstance(cause, Exception):
-        return unwrapped(cause)
+    """The error raised in our code when ``exc`` is Ray's wrapper of it: its message is the one
+    to show, without Ray's task header."""
+    while (cause := ray_cause(exc)) is not None:
+        exc = cause
     return exc
 
 

@@ -85,11 +85,13 @@ def write_parquet(folder: str, name: str, table: pa.Table) -> dict[str, Any]:
     return {"name": name, "rows": table.num_rows, "bytes": len(data), "row_groups": meta.num_row_groups}
 
 
-def _summary(**fields: Any) -> dict[str, np.ndarray]:
+def summary_row(**fields: Any) -> dict[str, np.ndarray]:
+    """What a writing task returns: one row, the JSON of what it wrote."""
     return {"summary": np.array([json.dumps(fields)], dtype=object)}
 
 
-def _run(ds: Any, fn: Callable, **kwargs: Any) -> list[dict[str, Any]]:
+def run_writers(ds: Any, fn: Callable, **kwargs: Any) -> list[dict[str, Any]]:
+    """Run ``fn`` (a pyarrow block -> ``summary_row``) over every block of ``ds``; the summaries."""
     rows = ds.map_batches(fn, batch_format="pyarrow", batch_size=None, fn_kwargs=kwargs).take_all()
     return [json.loads(r["summary"]) for r in rows]
 
@@ -145,7 +147,7 @@ def _write_document_block(table: pa.Table, *, data: str, rejected: str, prefix_c
                        counts.column("bytes_sum").to_pylist()):
         stats[r] = [int(n), int(b or 0)]
     extra = {k: v for k, v in (("languages", languages), ("encodings", encodings)) if v is not None}
-    return _summary(files=files, rejected=rejected_files, reasons=stats, **extra)
+    return summary_row(files=files, rejected=rejected_files, reasons=stats, **extra)
 
 
 LANGUAGE_COLUMN = "language"
@@ -171,7 +173,7 @@ def write_documents(ds: Any, *, data: str, rejected: str, prefix_chars: int,
     when the rows carry the filter stage's ``language`` column (which is not written); the same
     for ``"encodings"`` and ingest's ``encoding`` column.
     """
-    rows = _run(ds, _write_document_block, data=data, rejected=rejected, prefix_chars=prefix_chars,
+    rows = run_writers(ds, _write_document_block, data=data, rejected=rejected, prefix_chars=prefix_chars,
                 full_text=full_text)
     out: dict[str, Any] = {"files": [], "rejected": [], "reasons": {}}
     for r in rows:
@@ -214,13 +216,13 @@ def _write_example_block(table: pa.Table, *, data: str,
     if table.num_rows:
         name = part_name([table.column("uid").to_numpy(), table.column("ordinal").to_numpy()], "parquet")
         files.append(write_parquet(data, name, table))
-    return _summary(files=files, splits=summarise(table))
+    return summary_row(files=files, splits=summarise(table))
 
 
 def write_examples(ds: Any, *, data: str, summarise: Callable[[pa.Table], dict[str, Any]]) -> dict[str, Any]:
     """Run ``ds`` (example rows) to the end, writing parts to ``data``; per-split sums of
     ``summarise(block)`` (``{split: {name: number}}``) come back with the file list."""
-    rows = _run(ds, _write_example_block, data=data, summarise=summarise)
+    rows = run_writers(ds, _write_example_block, data=data, summarise=summarise)
     files, splits = [], {}
     for r in rows:
         files += r["files"]

@@ -152,6 +152,7 @@ class CorpusBuild:
             try:
                 storage.remove(self.cache(name), recursive=True)  # a killed or failed attempt's leftovers
                 record = stage.run(run)
+                storage.remove(run.work, recursive=True)  # the attempt's scratch (shuffles, samples)
                 check_outputs(expected_outputs(self.out, run.cache, run.rejected, record))
                 break
             except Exception as exc:

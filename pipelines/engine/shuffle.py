@@ -23,8 +23,9 @@ number of blocks or partitions. A map file is named by a hash of its content, so
 rewrites the same object; readers open only the files the driver collected, so an orphan of a
 failed attempt is never read.
 
-Reduce side. ``reduce`` runs one task per partition: it reads, from every map file, the 16 bytes
-of the trailer that bound its partition, then that byte range (``storage.read_ranges``:
+Reduce side. ``reduce`` runs one task per partition: it reads, from every map file, the trailer
+from its partition's two offsets to the end (the magic there says the file is whole), then that
+byte range (``storage.read_ranges``:
 concurrent ranged GETs), concatenates the slices and hands them to the reduce function. Reads per
 shuffle = 2 x map files x partitions, both sized by the data (``raydata.partitions_for``): a
 shuffle's cost follows the bytes it moves, not the blocks that carried them. Over very large
@@ -168,10 +169,17 @@ def read_partition(shuffled: Shuffled, p: int) -> pa.Table | None:
     if not shuffled.files:
         return None
     uris = [storage.join(shuffled.folder, f.name) for f in shuffled.files]
-    heads = storage.read_ranges([(u, f.bytes - trailer_bytes(shuffled.partitions) + 8 * p,
-                                  f.bytes - trailer_bytes(shuffled.partitions) + 8 * p + 16)
+    # From the partition's two offsets to the end of the trailer (at most 8 * P + 16 bytes): one
+    # ranged read gives its bounds and the magic that says the file is a whole map file.
+    tails = storage.read_ranges([(u, f.bytes - trailer_bytes(shuffled.partitions) + 8 * p, f.bytes)
                                  for u, f in zip(uris, shuffled.files)])
-    bounds = [struct.unpack("<qq", h) for h in heads]
+    bounds = []
+    for uri, tail in zip(uris, tails):
+        try:
+            check_map_file(tail, shuffled.partitions)
+        except ValueError as exc:
+            raise storage.StorageError(f"{uri}: {exc}") from exc
+        bounds.append(struct.unpack("<qq", tail[:16]))
     wanted = [(u, lo, hi) for u, (lo, hi) in zip(uris, bounds) if hi > lo]
     if not wanted:
         return None

@@ -24,7 +24,7 @@ Document stages share one shape: read the kept documents of the input stage, tra
 lazily (rows get a ``reason`` when dropped), and let ``parts.write_documents`` write kept rows to
 the stage's cache and dropped rows to ``rejected/<stage>-<key>/`` in the same pass. Stages that
 shuffle (the two dedups, shard) or sample (tokenizer) keep their scratch files under ``work/`` of
-their cache folder and delete them once their outputs are written; their statistics list every
+their cache folder (``StageRun.work``), which the runner deletes once they return; their statistics list every
 shuffle they ran (``shuffles``: partitions, blocks in, map files, rows, bytes, seconds).
 """
 from __future__ import annotations
@@ -95,7 +95,8 @@ class StageRun:
 
     @property
     def work(self) -> str:
-        """Scratch space of this attempt (shuffle files); deleted when the stage finishes."""
+        """Scratch space of this attempt (shuffle files, the tokenizer's sample); the runner deletes
+    it once the stage function returns, and with the whole cache folder before every attempt."""
         return storage.join(self.cache, "work")
 
     def parts(self, name: str) -> parts.Parts:
@@ -160,9 +161,7 @@ def _exact_dedup(run: StageRun) -> dict[str, Any]:
 
     if not run.cfg.dedup.exact:
         return _documents(run, run.read("filter"))
-    out = _documents(run, *exact_dedup(run.parts("filter"), work=run.work))
-    storage.remove(run.work, recursive=True)
-    return out
+    return _documents(run, *exact_dedup(run.parts("filter"), work=run.work))
 
 
 def _near_dedup(run: StageRun) -> dict[str, Any]:
@@ -170,9 +169,7 @@ def _near_dedup(run: StageRun) -> dict[str, Any]:
 
     if not run.cfg.dedup.near:
         return _documents(run, run.read("exact_dedup"))
-    out = _documents(run, *near_dedup(run.parts("exact_dedup"), run.cfg.dedup, work=run.work))
-    storage.remove(run.work, recursive=True)
-    return out
+    return _documents(run, *near_dedup(run.parts("exact_dedup"), run.cfg.dedup, work=run.work))
 
 
 # ----------------------------------------------------------------------------- tokenizer
@@ -195,7 +192,6 @@ def _tokenizer(run: StageRun) -> dict[str, Any]:
                               total_bytes=run.inputs["near_dedup"].stats["bytes_out"],
                               folder=storage.join(run.work, "sample"))
         info, sample_bytes = train_on_sample(sample, cfg, out)
-        storage.remove(run.work, recursive=True)
     info.path = rel
     return {"stats": {"vocab_size": info.vocab_size, "sha256": info.sha256, "sample_bytes": sample_bytes},
             "product": {"tokenizer": dataclasses.asdict(info)}}
@@ -263,7 +259,6 @@ def _shard(run: StageRun) -> dict[str, Any]:
     sizes = {s: (v["examples"], v["tokens"]) for s, v in pack["splits"].items()}
     infos, shuffled = write_shards(run.read("pack"), run.corpus, run.cfg.shard, generation=run.key,
                                    vocab_size=vocab, sizes=sizes, work=run.work)
-    storage.remove(run.work, recursive=True)
     total = sum(i.bytes for i in infos)
     tokens = sum(i.num_tokens for i in infos)
     return {"stats": {"shards": len(infos), "bytes": total, "tokens": tokens,

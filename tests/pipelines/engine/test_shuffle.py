@@ -70,6 +70,11 @@ def test_every_key_reaches_exactly_one_reduce_call(ray_local, tmp_path, blocks, 
     counts = collections.Counter((np.arange(n) * 7919 % 10_007).tolist())
     assert {r["k"]: r["n"] for r in out} == counts  # each key once, with all its rows
     assert all(int(sh.hash_partition(np.array([r["k"]]), parts)[0]) == r["part"] for r in out)
+    # A map file whose trailer is not a whole map file's (same size, other bytes) is refused by name.
+    bad = tmp_path / "s" / shuffled.files[0].name
+    bad.write_bytes(b"\0" * bad.stat().st_size)
+    with pytest.raises(storage.StorageError, match=rf"{shuffled.files[0].name}: not a {parts}-partition"):
+        sh.read_partition(shuffled, 0)
     shuffled.remove()
     assert not (tmp_path / "s").exists()
 
