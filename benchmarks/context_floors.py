@@ -28,11 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
-if __package__ in (None, ""):  # run as a script: make the repository importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from electra.corpus import check_shards, open_corpus, read_shard  # noqa: E402
-from pipelines import schema  # noqa: E402
+from electra.corpus import check_shards, open_corpus, read_shard
+from pipelines import schema
 
 
 def plug_in_entropy(counts: np.ndarray) -> float:

@@ -31,10 +31,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks import corpus_filters, corpus_minhash, corpus_pack, corpus_pipeline  # noqa: E402
-from synthetic import prose  # noqa: E402
+from benchmarks import corpus_filters, corpus_minhash, corpus_pack, corpus_pipeline
+from synthetic import prose
 
 BOOKS = Path(__file__).resolve().parents[2] / "shared" / "data" / "corpus"
 

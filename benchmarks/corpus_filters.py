@@ -19,16 +19,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from collections import Counter
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from pipelines.config import C4Config, FilterConfig, FineWebConfig  # noqa: E402
-from pipelines.filters import Doc, build_blocks, normalize_text, run_blocks  # noqa: E402
-from pipelines.filters.text import sentence_spans  # noqa: E402
+from pipelines.config import C4Config, FilterConfig, FineWebConfig
+from pipelines.filters import Doc, build_blocks, normalize_text, run_blocks
+from pipelines.filters.text import sentence_spans
 
 BOOKS = Path(__file__).resolve().parents[2] / "shared" / "data" / "corpus" / "gutenberg"
 

@@ -25,17 +25,14 @@ import os
 import shutil
 import struct
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-from pipelines.config import IngestConfig  # noqa: E402
-from pipelines.ingest import ingest_dataset, resolve_sources  # noqa: E402
+from pipelines.config import IngestConfig
+from pipelines.ingest import ingest_dataset, resolve_sources
 
 WORDS = ("river city garden teacher engine market village window mountain library history water "
          "light music paper summer winter station family morning evening question answer story").split()

@@ -18,21 +18,19 @@ processes and not included).
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import resource
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from common import storage  # noqa: E402
-from pipelines import schema  # noqa: E402
+from common import storage
+from pipelines import schema
 from pipelines.engine import raydata
-from pipelines.config import CorpusConfig  # noqa: E402
-from pipelines.engine.runner import CorpusBuild  # noqa: E402
+from pipelines.config import CorpusConfig
+from pipelines.engine.runner import CorpusBuild
 
 
 def v1_bytes(corpus: str, manifest: schema.Manifest) -> int:
@@ -96,6 +94,17 @@ def measure(source: str, tokenizer_json: str, cpus: int, out: str, profile: str 
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def main(argv: list[str] | None = None) -> None:
+    """The child ``measure`` starts (it confines the cores first); prints the result as JSON."""
+    p = argparse.ArgumentParser(description="One corpus build on CPUS Ray CPUs (the child process of measure()).")
+    p.add_argument("source", help="raw text folder or file")
+    p.add_argument("tokenizer_json", help="the tokenizer.json to pack with")
+    p.add_argument("cpus", type=int, help="Ray CPUs")
+    p.add_argument("out", help="empty output location (a path or URI)")
+    p.add_argument("profile", nargs="?", default="web", help="input profile (default: web)")
+    a = p.parse_args(argv)
+    print(json.dumps(run(a.source, a.tokenizer_json, a.cpus, a.out, a.profile)))
+
+
 if __name__ == "__main__":
-    src, tok_json, n, out_uri, prof = sys.argv[1:6]
-    print(json.dumps(run(src, tok_json, int(n), out_uri, prof)))
+    main()

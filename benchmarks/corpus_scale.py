@@ -43,8 +43,6 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
 
 BOOKS = "/work/shared/data/corpus/gutenberg"
 

@@ -27,10 +27,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-if __package__ in (None, ""):  # run as a script: make the repository importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from synthetic import class_task as st  # noqa: E402
+from synthetic import class_task as st
 
 
 def generator_class_share(folder: str, *, sentences: int = 200, seed: int = 5) -> float:

@@ -58,14 +58,12 @@ import sys
 import time
 from pathlib import Path
 
+from benchmarks.electra_vs_mlm_report import collect_row, write_report
+from electra import run_layout
+from electra.config import load_config
+from electra.flops import training_flops_per_token
+
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from benchmarks.electra_vs_mlm_report import collect_row, write_report  # noqa: E402
-from electra import run_layout  # noqa: E402
-from electra.config import load_config  # noqa: E402
-from electra.flops import training_flops_per_token  # noqa: E402
-
 CONFIGS = REPO / "electra" / "configs"
 OBJECTIVES = ("electra", "mlm")
 DEFAULT_ELECTRA_STEPS = 2000  # the mini preset's schedule: under an hour of ELECTRA on 2 idle cores
@@ -83,9 +81,15 @@ def corpus_stats(corpus: Path) -> tuple[int, float]:
     return int(m["tokenizer"]["vocab_size"]), train["num_tokens"] / train["num_examples"]
 
 
-def flops_per_token(preset: Path, kind: str, vocab: int, overrides: list[str] = ()) -> float:
-    """The trainer's own accounting for this preset on this corpus (vocabulary from the corpus)."""
-    cfg = load_config(preset, [*overrides, f"objective.kind={kind}", f"model.vocab_size={vocab}"])
+def corpus_seq_len(corpus: Path) -> int:
+    return int(json.loads((corpus / "manifest.json").read_text())["seq_len"])
+
+
+def flops_per_token(preset: Path, kind: str, vocab: int, overrides: list[str] = (), *, seq_len: int) -> float:
+    """The trainer's own accounting for this preset on this corpus (vocabulary and sequence length
+    from the corpus, as the trainer resolves them)."""
+    cfg = load_config(preset, [f"data.seq_len={seq_len}", *overrides, f"objective.kind={kind}",
+                               f"model.vocab_size={vocab}"])
     return training_flops_per_token(cfg)
 
 
@@ -97,8 +101,7 @@ def checkpoint_steps(total: int, k: int) -> list[int]:
 def run(cmd: list[str], log: Path, threads: int) -> None:
     """Run a child (stdout/stderr appended to ``log``); a failure stops the benchmark naming the log."""
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
-               TOKENIZERS_PARALLELISM="false", PREFECT_SERVER_ANALYTICS_ENABLED="false",
-               PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+               TOKENIZERS_PARALLELISM="false", PREFECT_SERVER_ANALYTICS_ENABLED="false")
     # flows.evaluate's ephemeral Prefect server starts slowly on a busy 2-core machine (default 20 s)
     env.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -202,7 +205,7 @@ def compare(args) -> None:
     preset = preset_path(args.preset)
     cfg = load_config(preset, args.set)
     vocab, tokens_per_example = corpus_stats(args.corpus)
-    f = {k: flops_per_token(preset, k, vocab, args.set) for k in OBJECTIVES}
+    f = {k: flops_per_token(preset, k, vocab, args.set, seq_len=corpus_seq_len(args.corpus)) for k in OBJECTIVES}
     n_electra = args.electra_steps or max(1, round(
         args.budget_flops / (f["electra"] * cfg.train.global_batch_size * tokens_per_example)))
     check_intent(args, n_electra)
@@ -267,7 +270,7 @@ def sweep(args) -> None:
         h, layers = (int(x) for x in cand.split("x"))
         extra = [f"model.hidden_size={h}", f"model.num_layers={layers}", f"model.num_heads={max(1, h // 64)}",
                  f"model.intermediate_size={4 * h}"]
-        fpt = flops_per_token(preset, "electra", vocab, [*args.set, *extra])
+        fpt = flops_per_token(preset, "electra", vocab, [*args.set, *extra], seq_len=corpus_seq_len(args.corpus))
         steps = max(1, round(args.sweep_flops / (fpt * batch * tokens_per_example)))
         run_dir = args.out / "sweep" / cand
         t0 = time.time()

@@ -50,27 +50,25 @@ import gc
 import json
 import platform
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
+import torch
+from torch import nn
+
+from benchmarks import load_test_helper
+from benchmarks.step import hf_electra_loss, make_batch
+from electra import data as sd
+from electra import metrics_log
+from electra.config import ElectraConfig, load_config
+from electra.distributed import configure_fast_path
+from electra.flops import training_flops_per_token
+from electra.model import ElectraForPretraining
+from electra.objective import ElectraObjective, SpecialTokens
+from electra.optim import build_optimizer
+
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-import torch  # noqa: E402
-from torch import nn  # noqa: E402
-
-from benchmarks.step import hf_electra_loss, make_batch  # noqa: E402
-from electra import data as sd  # noqa: E402
-from electra import metrics_log  # noqa: E402
-from electra.config import ElectraConfig, load_config  # noqa: E402
-from electra.distributed import configure_fast_path  # noqa: E402
-from electra.flops import training_flops_per_token  # noqa: E402
-from electra.model import ElectraForPretraining  # noqa: E402
-from electra.objective import ElectraObjective, SpecialTokens  # noqa: E402
-from electra.optim import build_optimizer  # noqa: E402
-
 SP = SpecialTokens()
 PRESETS = REPO / "electra" / "configs"
 # Default micro batch = this many tokens / length. Estimated, not measured: ~40 bytes of bf16
@@ -250,8 +248,10 @@ def figures(sec: float | str, *, batch: int, tokens: int, flops_per_token: float
 
 def loader_rate(corpus: Path, cfg: ElectraConfig, micro_batch: int) -> float:
     """Samples/s of one epoch of ``TrainStream`` over ``corpus`` from a cold start."""
-    shards, _ = sd.check_shards(sd.open_corpus(str(corpus), seq_len=cfg.data.seq_len), "train")
-    plan = sd.StreamPlan(tuple(shards), cfg.data.seq_len, micro_batch, shuffle_block=cfg.data.shuffle_buffer)
+    shards, _ = sd.check_shards(sd.open_corpus(str(corpus), seq_len=cfg.seq_len), "train")
+    # one rank's whole global batch in micro batches of ``micro_batch``
+    plan = sd.StreamPlan(tuple(shards), cfg.seq_len, micro_batch, micro_batch, shuffle_block=cfg.data.shuffle_buffer,
+                         streams=cfg.data.streams)
     stream = sd.TrainStream(plan, num_workers=cfg.data.num_workers, prefetch=cfg.data.prefetch_shards)
     t0 = time.perf_counter()
     n = sum(len(b.keys) for b in stream.loader(0, 0))
@@ -259,7 +259,7 @@ def loader_rate(corpus: Path, cfg: ElectraConfig, micro_batch: int) -> float:
 
 
 def write_corpus(root: Path, seq_len: int, examples: int) -> Path:
-    from tests.electra._corpus import write_tiny_corpus  # the same generator benchmarks/train.py uses
+    write_tiny_corpus = load_test_helper("electra._corpus").write_tiny_corpus  # as benchmarks/train.py's
 
     per_shard = -(-examples // 8)
     return write_tiny_corpus(root, seq_len=seq_len, train_shards=(per_shard,) * 8, validation_shards=(8,),

@@ -51,12 +51,10 @@ import sys
 import tempfile
 from pathlib import Path
 
+from electra import run_layout
+from electra.hardware import cpu_kind
+
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-from electra import run_layout  # noqa: E402
-from electra.hardware import cpu_kind  # noqa: E402
-
 GUTENBERG = REPO.parent / "shared" / "data" / "corpus" / "gutenberg"
 BOOKS = ("pg14474.txt", "pg23.txt", "pg5827.txt", "pg1232.txt", "pg575.txt")  # order is part of the recipe
 VOCAB_SIZE = 4000

@@ -167,6 +167,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", default=str(PRESET), help="preset whose model/objective to use")
     ap.add_argument("--batch", type=int, default=32, help="sequences per step")
+    ap.add_argument("--seq-len", type=int, default=128, help="sequence length when the preset leaves it to the corpus")
     ap.add_argument("--fill", type=float, default=0.59,
                     help="share of real (non-pad) positions in the batch (1: no padding)")
     ap.add_argument("--rounds", type=int, default=5, help="alternating timing rounds")
@@ -188,6 +189,8 @@ def main() -> None:
     print(f"matmul probe: fp32 {fp32_rate:.1f}, bf16 {bf16_rate:.1f} GFLOP/s -> {'bf16' if bf16 else 'fp32'}",
           flush=True)
     cfg = load_config(args.config)
+    if cfg.data.seq_len is None:  # a preset leaves it to the corpus; the paper's lengths: 128 Small, 512 Base/Large
+        cfg = load_config(args.config, [f"data.seq_len={args.seq_len}"])
     if not 0 < args.fill <= 1:
         ap.error(f"--fill must be in (0, 1], got {args.fill}")
     ids, seg = make_batch(cfg, args.batch, fill=args.fill)

@@ -2,7 +2,7 @@
 bookkeeping cost per step?
 
     .venv/bin/python benchmarks/train.py [--config electra/configs/small.json] [--data CORPUS]
-        [--s3] [--steps 12] [--global-batch 32] [--set key=value ...]
+        [--s3] [--steps 12] [--global-batch 32] [--set key=value ...] [--loader-only]
 
 Numbers from one process, same model, same engine:
 
@@ -10,6 +10,11 @@ Numbers from one process, same model, same engine:
    and micro batch) pulling one whole epoch as fast as possible, timed from a cold start: worker
    start-up, every shard read and its sha256 verified, every batch collated. Goal: >= 10x what
    the trainer consumes. ``--data`` may be any corpus location (``s3://bucket/corpus``).
+   **Bytes per rank**: the same loader run for rank 0 then rank 1 of two simulated ranks, one
+   after the other in this process, each printing the shard bytes it read against its share
+   (``StreamPlan.rank_share``: the bytes of the shards its streams touch), and their ratio: 1
+   means every byte read once; shards on the border of two loader workers' regions are read by
+   both. ``--loader-only`` reports these figures without the trainer (items 2 and 3).
 2. **Trainer samples/s and tokens/s end to end**: ``electra.trainer.Trainer.run`` (streaming,
    metrics every step, progress bar, a checkpoint at the end), measured from ``metrics.jsonl``
    over the steps after the warm-up.
@@ -34,6 +39,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import os
 import socket
 import subprocess
@@ -43,24 +49,84 @@ import time
 import urllib.request
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+
+from benchmarks import load_test_helper
+from common import storage
+from electra import data as sd
+from electra.batch_geometry import batch_geometry
+from electra.config import load_config
+from pipelines import schema
+
+if TYPE_CHECKING:
+    from electra.trainer import Trainer
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-import torch  # noqa: E402
-
-from common import storage  # noqa: E402
-from electra import data as sd  # noqa: E402
-from electra.train import parse_args  # noqa: E402
-from electra.trainer import Trainer  # noqa: E402
 
 
 def loader_rate(plan: sd.StreamPlan, *, workers: int, prefetch: int) -> float:
-    """Samples/s of one epoch of ``plan`` from a cold start (see the module docstring)."""
+    """Samples/s of one epoch of ``plan`` (this rank's share) from a cold start (module docstring)."""
     stream = sd.TrainStream(plan, num_workers=workers, prefetch=prefetch)
     t0 = time.perf_counter()
-    n = sum(len(b.keys) for b in stream.loader(0, 0))
+    n = sum(len(b.keys) for b in stream.loader(0))
     return n / (time.perf_counter() - t0)
+
+
+def rank_bytes(plan: sd.StreamPlan, *, world: int, workers: int, prefetch: int) -> list[dict]:
+    """One epoch of the loader for each rank of ``world`` simulated ranks, one after the other in
+    this process: the shard bytes each read against its share (the bytes of the shards its streams
+    touch: what reading each byte once per rank costs). Prints one line per rank."""
+    if plan.global_batch % world:
+        print(f"bytes per rank: global batch {plan.global_batch} does not split over {world} ranks; skipped")
+        return []
+    rows = []
+    for rank in range(world):
+        p = dataclasses.replace(plan, rank=rank, world_size=world,
+                                micro_batch=math.gcd(plan.micro_batch, plan.global_batch // world))
+        stream = sd.TrainStream(p, num_workers=workers, prefetch=prefetch)
+        sum(1 for _ in stream.loader(0))
+        shards, share = p.rank_share(0)
+        total = sum(s.bytes for s in p.shards)
+        region = p.num_examples // (world * max(1, workers))
+        if rank == 0 and p.shuffle_block > region:
+            print(f"note: a shuffle block ({p.shuffle_block} examples) is larger than a loader worker's region "
+                  f"(about {region}): every worker needs most of its rank's shards; a corpus large next to "
+                  "the block (--synthetic-shards) shows the steady state")
+        row = {"rank": rank, "world": world, "workers": workers, "bytes_read": stream.bytes_read,
+               "share_bytes": share, "share_shards": len(shards), "split_shards": len(p.shards),
+               "split_bytes": total, "read_over_share": round(stream.bytes_read / share, 3)}
+        print(f"rank {rank}/{world} ({workers} loader workers): read {stream.bytes_read / 2**20:.2f} MiB, "
+              f"share {share / 2**20:.2f} MiB ({len(shards)} of {len(p.shards)} shards, "
+              f"{share / total:.0%} of the split), read/share {stream.bytes_read / share:.3f}")
+        rows.append(row)
+    return rows
+
+
+def loader_plan(corpus: str, args: argparse.Namespace, seq_len: int) -> tuple[sd.StreamPlan, int, int]:
+    """The preset's one-rank train plan over ``corpus`` (no trainer), its workers and read-ahead."""
+    cfg = load_config(args.config, [f"train.global_batch_size={args.global_batch}", *args.set])
+    geo = batch_geometry(cfg.train.global_batch_size, cfg.train.micro_batch_size, 1)
+    shards, _ = sd.check_shards(sd.open_corpus(corpus, seq_len=seq_len), "train")
+    plan = sd.StreamPlan(tuple(shards), seq_len, geo.global_batch, geo.micro_batch, seed=cfg.train.seed,
+                         shuffle_block=cfg.data.shuffle_buffer, streams=cfg.data.streams)
+    return plan, cfg.data.num_workers, cfg.data.prefetch_shards
+
+
+def loader_report(args: argparse.Namespace, *, data: str, s3_data: str | None, seq_len: int) -> dict:
+    """Loader samples/s (local and, with --s3, S3) and bytes read per simulated rank, no trainer."""
+    plan, workers, prefetch = loader_plan(s3_data or data, args, seq_len)
+    rate = loader_rate(plan, workers=workers, prefetch=prefetch)
+    out = {"global_batch": plan.global_batch, "micro_batch": plan.micro_batch, "streams": plan.streams_effective,
+           "loader_workers": workers, "prefetch_shards": prefetch,
+           "loader_epoch_samples": plan.steps_per_epoch * plan.per_rank,
+           ("loader_s3_samples_per_sec" if s3_data else "loader_samples_per_sec"): round(rate, 1)}
+    if s3_data:
+        local = loader_rate(plan_for(data, plan, seq_len), workers=workers, prefetch=prefetch)
+        out["loader_local_samples_per_sec"] = round(local, 1)
+    out["bytes_per_rank"] = rank_bytes(plan, world=2, workers=workers, prefetch=prefetch)
+    return out
 
 
 def plan_for(corpus: str, like: sd.StreamPlan, seq_len: int) -> sd.StreamPlan:
@@ -71,7 +137,7 @@ def plan_for(corpus: str, like: sd.StreamPlan, seq_len: int) -> sd.StreamPlan:
 
 def bare_step_rate(trainer: Trainer, *, steps: int) -> float:
     """Optimizer steps/s of the engine alone on one in-memory batch."""
-    batch = next(iter(sd.EpochStream(trainer._plan("train"), 0)))
+    batch = next(iter(sd.TrainStream(trainer.train_plan, num_workers=0).loader(0)))
     ids, seg = batch.input_ids.to(trainer.engine.device), batch.segment_ids.to(trainer.engine.device)
     eng = trainer.engine
 
@@ -96,10 +162,10 @@ def end_to_end(run_dir: Path, *, warmup: int) -> tuple[float, float]:
     return len(recs) / seconds, sum(r["tokens"] for r in recs) / seconds
 
 
-def make_corpus(root: Path, seq_len: int) -> Path:
-    from tests.electra._corpus import write_tiny_corpus
-
-    return write_tiny_corpus(root, seq_len=seq_len, train_shards=(600, 600, 600, 600), validation_shards=(64,),
+def make_corpus(root: Path, seq_len: int, shards: str = "4x600") -> Path:
+    write_tiny_corpus = load_test_helper("electra._corpus").write_tiny_corpus
+    count, size = (int(x) for x in shards.split("x"))
+    return write_tiny_corpus(root, seq_len=seq_len, train_shards=(size,) * count, validation_shards=(64,),
                              vocab_size=1000)
 
 
@@ -132,7 +198,7 @@ def loopback_s3(log_path: Path):
 
 
 def upload(corpus: str, bucket: str) -> str:
-    from tests.electra._corpus import upload_corpus
+    upload_corpus = load_test_helper("electra._corpus").upload_corpus
 
     storage.url_to_fs(bucket)[0].mkdir(bucket.removeprefix("s3://"))
     return upload_corpus(corpus, f"{bucket}/corpus")
@@ -147,30 +213,46 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=2, help="steps left out of the end-to-end figure")
     ap.add_argument("--global-batch", type=int, default=32, help="train.global_batch_size")
     ap.add_argument("--set", action="append", default=[], help="config override (repeatable)")
+    ap.add_argument("--seq-len", type=int, default=128, help="synthetic corpus's seq_len (preset leaves it open)")
+    ap.add_argument("--synthetic-shards", default="4x600", help="synthetic train split: SHARDSxEXAMPLES")
+    ap.add_argument("--loader-only", action="store_true", help="only the loader figures (no trainer)")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="bench_train_"))
-    seq_len = json.loads(Path(args.config).read_text())["data"]["seq_len"]
-    data = args.data or str(make_corpus(tmp / "corpus", seq_len))
+    if args.data:  # the corpus's (the presets leave data.seq_len to it)
+        seq_len = schema.Manifest.parse(schema.read_manifest_bytes(args.data), args.data).seq_len
+    else:
+        seq_len = load_config(args.config, args.set).data.seq_len or args.seq_len
+    data = args.data or str(make_corpus(tmp / "corpus", seq_len, args.synthetic_shards))
     with loopback_s3(tmp / "moto.log") if args.s3 else nullcontext() as endpoint:
         s3_data = upload(data, "s3://bench-train") if endpoint else None
-        result = measure(args, tmp, data=data, s3_data=s3_data, seq_len=seq_len)
+        if args.loader_only:
+            result = loader_report(args, data=data, s3_data=s3_data, seq_len=seq_len)
+        else:
+            result = measure(args, tmp, data=data, s3_data=s3_data, seq_len=seq_len)
     print(json.dumps(result, indent=2))
 
 
 def measure(args: argparse.Namespace, tmp: Path, *, data: str, s3_data: str | None, seq_len: int) -> dict:
+    from electra.pretrain_job import job_from_args
+    from electra.pretrain_runner import PretrainRunner
+    from electra.train import parse_args
+
     sets = [f"train.global_batch_size={args.global_batch}", "train.log_every=1", "train.eval_every=0",
             f"train.save_every={10**9}", *args.set]
     argv = ["--config", args.config, "--data", s3_data or data, "--out", str(tmp / "run"),
             "--max-steps", str(args.steps)]
-    trainer = Trainer(parse_args(argv + [x for s in sets for x in ("--set", s)]))
+    runner = PretrainRunner(job_from_args(parse_args(argv + [x for s in sets for x in ("--set", s)])))
+    runner.resolve()
+    runner.prepare()
+    trainer = runner.build()
     cfg = trainer.cfg
-    trainer.run()
+    runner.train()
     e2e_steps, e2e_tokens = end_to_end(tmp / "run", warmup=args.warmup)
     # after the run, on the warmed-up engine, right next to the end-to-end window: measured
     # before it, the first steps' allocations made the bare step look 2-3x slower
     bare = bare_step_rate(trainer, steps=max(3, args.steps - args.warmup))
     consumed = e2e_steps * cfg.train.global_batch_size
-    plan = trainer._plan("train")
+    plan = trainer.train_plan
     workers, prefetch = cfg.data.num_workers, cfg.data.prefetch_shards
     loader = loader_rate(plan, workers=workers, prefetch=prefetch)  # the copy the trainer read
     if s3_data is None:
@@ -180,12 +262,13 @@ def measure(args: argparse.Namespace, tmp: Path, *, data: str, s3_data: str | No
         loaders = {"loader_s3_samples_per_sec": round(loader, 1), "loader_local_samples_per_sec": round(local, 1),
                    "s3_loader_over_consumption_x": round(loader / consumed, 1),
                    "local_loader_over_consumption_x": round(local / consumed, 1)}
+    loaders["bytes_per_rank"] = rank_bytes(plan, world=2, workers=workers, prefetch=prefetch)
     return {
         "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
         "threads": torch.get_num_threads(), "precision": cfg.train.precision,
-        "global_batch": cfg.train.global_batch_size, "micro_batch": cfg.train.micro_batch_size, "seq_len": seq_len,
+        "global_batch": cfg.train.global_batch_size, "micro_batch": plan.micro_batch, "seq_len": seq_len,
         "trained_from": s3_data or data, "loader_workers": cfg.data.num_workers,
-        "prefetch_shards": prefetch, "loader_epoch_samples": plan.batches_per_epoch * plan.micro_batch,
+        "prefetch_shards": prefetch, "loader_epoch_samples": plan.steps_per_epoch * plan.per_rank,
         "trainer_samples_per_sec": round(consumed, 2), **loaders,
         "e2e_steps_per_sec": round(e2e_steps, 4), "bare_steps_per_sec": round(bare, 4),
         "e2e_tokens_per_sec": round(e2e_tokens, 1), "overhead_pct": round(100 * (1 - e2e_steps / bare), 2),

@@ -48,7 +48,6 @@ import json
 import os
 import posixpath
 import tempfile
-import threading
 from contextlib import contextmanager
 from typing import IO, Any, Iterator
 
@@ -56,6 +55,7 @@ import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
 from common import retry
+from common.filemode import apply_umask
 from common.retry import MissingObject, StorageError, StoreUnavailableError  # noqa: F401  (this API)
 
 READ_ONLY = ("http", "https")
@@ -324,31 +324,13 @@ def write_bytes(uri: str, data: bytes) -> None:
         raise StorageError(f"{uri}: cannot write ({exc})") from exc
 
 
-_UMASK_LOCK = threading.Lock()
-
-
-def _umask() -> int:
-    """The process's umask without changing it (Linux reports it; elsewhere set-and-restore)."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError):
-        pass
-    with _UMASK_LOCK:
-        mask = os.umask(0o022)
-        os.umask(mask)
-    return mask
-
-
 def _write_local(path: str, data: bytes) -> None:
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
     try:
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600 whatever the umask
         with os.fdopen(fd, "wb") as f:
+            apply_umask(f.fileno())  # mkstemp makes 0600 whatever the umask; publish as open() would
             f.write(data)
             f.flush()
             os.fsync(f.fileno())

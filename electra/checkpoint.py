@@ -17,10 +17,17 @@ pointer to a half-written checkpoint.
 RNG states are JSON (base64 for torch's byte tensors), never pickles. Loading goes through
 ``electra.deepspeed_states.install_safe_loader``, so DeepSpeed's own ``torch.load`` calls read
 with ``weights_only=True`` and a tampered checkpoint cannot run code.
+
+Resuming on another number of ranks (or ZeRO stage 1 <-> 2, or precision) goes through
+DeepSpeed's universal checkpoint, a sibling folder ``step_NNNNNNNN.universal`` converted once
+from the step dir: ``electra.universal_checkpoint`` (``plan_resume``, ``ds_config_for_resume``,
+``prepare_universal``), then ``load_checkpoint(..., universal=True)``. The commit prunes the
+universal folders of pruned checkpoints.
 """
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import logging
 import random
@@ -33,7 +40,8 @@ import torch
 
 from common.storage import write_bytes
 from electra import run_layout as layout
-from electra.deepspeed_states import install_safe_loader
+from electra import universal_checkpoint as universal_ckpt
+from electra.deepspeed_states import install_safe_loader, safe_load, weights_only_loads
 from electra.run_layout import CheckpointMeta
 
 log = logging.getLogger(__name__)
@@ -82,6 +90,8 @@ def save_checkpoint(engine, run_dir: str | Path, meta: CheckpointMeta, *, rank: 
     step_dir = layout.step_dir(run_dir, meta.step)
     if rank == 0 and step_dir.exists():  # a leftover of an interrupted write of this same step
         shutil.rmtree(step_dir)
+    if rank == 0:  # a universal conversion of an older write of this step would shadow the new one
+        shutil.rmtree(universal_ckpt.universal_dir(step_dir), ignore_errors=True)
     barrier()
     engine.save_checkpoint(str(root), tag=step_dir.name, save_latest=False)
     write_bytes(str(step_dir / f"rng_rank{rank}.json"), json.dumps(rng_state()).encode())
@@ -92,21 +102,71 @@ def save_checkpoint(engine, run_dir: str | Path, meta: CheckpointMeta, *, rank: 
         write_bytes(str(step_dir / layout.META), meta.to_json())
         write_bytes(str(root / layout.LATEST), (step_dir.name + "\n").encode())
         layout.prune(run_dir, keep_last)
+        universal_ckpt.prune_orphans(run_dir)
     barrier()
     return step_dir
 
 
-def load_checkpoint(engine, step_dir: Path, *, rank: int) -> CheckpointMeta:
-    """Restore DeepSpeed state and this rank's RNG from a complete checkpoint."""
+def load_checkpoint(engine, step_dir: Path, *, rank: int, universal: bool = False) -> CheckpointMeta:
+    """Restore DeepSpeed state and this rank's RNG from a complete checkpoint; every rank calls it.
+
+    ``universal=False``: DeepSpeed's own files in ``step_dir`` (same world size, ZeRO stage and
+    precision as saved, or ZeRO-0 on any world size). ``universal=True``: the converted sibling
+    ``step_dir.universal`` (``electra.universal_checkpoint.prepare_universal`` made it), into an
+    engine built with ``checkpoint.load_universal`` (``ds_config_for_resume``); the plan says which
+    (``plan_resume(...).universal``). Either way: module, fp32 masters, Adam moments and step,
+    param groups, LR scheduler and global step; on the universal path the frozen parameters and
+    buffers, which DeepSpeed leaves as initialised there, are copied from the model states.
+    RNG comes from ``step_dir/rng_rank{rank}.json`` when that file exists (a rank beyond the
+    saved world size has none: a warning, training continues, not bitwise)."""
+    step_dir = Path(step_dir)
     meta = CheckpointMeta.read(step_dir)
+    if bool(engine.load_universal_checkpoint()) != universal:
+        raise RuntimeError(f"{step_dir}: universal={universal} but the engine was built with checkpoint."
+                           f"load_universal={engine.load_universal_checkpoint()} (use ds_config_for_resume)")
+    if not universal:  # a layout DeepSpeed would refuse or mis-load: say so in one line, first
+        _check_direct_load(engine, step_dir)
+    load_dir = universal_ckpt.universal_dir(step_dir) if universal else step_dir
+    if universal and not universal_ckpt.is_converted(step_dir):
+        raise FileNotFoundError(f"{load_dir}: no universal checkpoint (prepare_universal converts it)")
     install_safe_loader(engine)
-    path, _ = engine.load_checkpoint(str(step_dir.parent), tag=step_dir.name, load_optimizer_states=True,
-                                     load_lr_scheduler_states=True)
+    # The universal loaders call torch.load themselves, not through the checkpoint engine.
+    with weights_only_loads() if universal else contextlib.nullcontext():
+        path, _ = engine.load_checkpoint(str(load_dir.parent), tag=load_dir.name, load_optimizer_states=True,
+                                         load_lr_scheduler_states=True)
     if path is None:
-        raise RuntimeError(f"{step_dir}: DeepSpeed could not load this checkpoint")
+        raise RuntimeError(f"{load_dir}: DeepSpeed could not load this checkpoint")
+    if universal:
+        _restore_unoptimised(engine.module, load_dir)
     rng_file = step_dir / f"rng_rank{rank}.json"
     if rng_file.is_file():
         set_rng_state(json.loads(rng_file.read_text()))
     else:  # e.g. resumed on more ranks than saved: training continues, not bitwise
         log.warning("%s missing: RNG not restored for rank %d", rng_file, rank)
     return meta
+
+
+def _check_direct_load(engine, step_dir: Path) -> None:
+    import torch.distributed as dist
+
+    world = dist.get_world_size() if dist.is_initialized() else 1
+    precision = "bf16" if engine.bfloat16_enabled() else "fp16" if engine.fp16_enabled() else "fp32"
+    plan = universal_ckpt.plan_resume(step_dir, world_size=world, zero_stage=engine.zero_optimization_stage(),
+                                      precision=precision)  # ResumeRefused for what cannot resume at all
+    if plan.universal:
+        raise universal_ckpt.ResumeRefused(
+            f"{step_dir.name} was saved on {plan.saved_world_size} rank(s) with ZeRO-{plan.saved_zero_stage} "
+            f"{plan.saved_precision}; resuming on {world} rank(s) with ZeRO-{plan.zero_stage} {precision} needs "
+            "a universal load: plan_resume -> prepare_universal -> engine from ds_config_for_resume -> "
+            f"load_checkpoint(universal=True) (offline conversion: {universal_ckpt.CONVERT_COMMAND} {step_dir})")
+
+
+def _restore_unoptimised(module: torch.nn.Module, load_dir: Path) -> None:
+    """Frozen parameters and buffers from the model states: a universal load sets only what the
+    optimiser holds (from the fp32 masters) and leaves the rest as the fresh model had it."""
+    wanted = {n for n, p in module.named_parameters(remove_duplicate=False) if not p.requires_grad}
+    wanted |= {n for n, _ in module.named_buffers(remove_duplicate=False)}
+    if not wanted:
+        return
+    saved = safe_load(load_dir / "mp_rank_00_model_states.pt", mmap=True)["module"]
+    module.load_state_dict({k: v for k, v in saved.items() if k in wanted}, strict=False)

@@ -16,7 +16,7 @@ storage location (``common.storage``).
 
 The dataclasses are frozen: a loaded config is a value. What a run changes after loading (the
 vocabulary size taken from the corpus, the precision this machine can train in) is applied once,
-with ``dataclasses.replace``, in ``electra.trainer.resolve_run_config``, and that object is what
+with ``dataclasses.replace``, in ``electra.pretrain_plan.resolve_run_config``, and that object is what
 the run writes to ``RUN/config.json`` and trains with. (The untyped ``deepspeed`` dict is not
 frozen by this; ``electra.distributed.deepspeed_config`` copies it before filling it in.)
 """
@@ -135,10 +135,17 @@ class OptimizerConfig:
 
 @dataclass(frozen=True)
 class DataConfig:
-    seq_len: int = 128
+    # None: the corpus's (manifest.seq_len), which is what a run uses; a value is a check that
+    # the corpus was packed at that length.
+    seq_len: int | None = None
     num_workers: int = 2
     shuffle_buffer: int = 2000
+    # Canonical streams of the elastic sample order (electra/sample_order.py): each global batch
+    # draws from gcd(global_batch_size, streams) regions of the shuffled corpus, and a rank reads
+    # about 1/ranks of the shards when its rank count divides that number. Part of the order.
+    streams: int = 64
     skip_corrupt: bool = False
+    # Validation global batches per evaluation: the same examples for any number of ranks.
     eval_batches: int = 20
     # Shards each loader worker reads ahead (in the epoch's order) while the current block is
     # consumed, hiding an object store's latency; each costs one decoded shard of memory. 0: off.
@@ -146,9 +153,13 @@ class DataConfig:
     # Resuming on a corpus whose shards differ from the checkpoint's (a republished corpus) is an
     # error: the saved data position would point into another stream. True: warn and go on.
     allow_corpus_change: bool = False
+    # Write RUN/samples/rank{R}.jsonl: per optimizer step, the (document uid, ordinal) of every
+    # example the rank trained on (a contract: tests and audits read it).
+    log_samples: bool = False
 
     def validate(self) -> None:
-        check(self.seq_len >= 8, "seq_len must be >= 8")
+        check(self.seq_len is None or self.seq_len >= 8, "seq_len must be >= 8 (or null: the corpus's)")
+        check(self.streams >= 1 and self.eval_batches >= 0, "streams must be >= 1 and eval_batches >= 0")
         check(self.num_workers >= 0 and self.prefetch_shards >= 0, "num_workers and prefetch_shards must be >= 0")
         check(self.shuffle_buffer >= 1, "shuffle_buffer must be >= 1")
 
@@ -201,12 +212,19 @@ class ElectraConfig:
         return self.train.max_steps if self.train.max_steps is not None else self.optimizer.total_steps
 
     @property
+    def seq_len(self) -> int:
+        """The run's sequence length; set once the corpus is known (``electra.pretrain_plan``)."""
+        if self.data.seq_len is None:
+            raise ValueError("data.seq_len is not resolved yet (it is the corpus's manifest.seq_len)")
+        return self.data.seq_len
+
+    @property
     def max_predictions(self) -> int:
-        return self.objective.max_predictions_for(self.data.seq_len)
+        return self.objective.max_predictions_for(self.seq_len)
 
     def validate(self) -> None:
         """Rules across sections (each section's own ``validate`` runs when it is built)."""
-        check(self.data.seq_len <= self.model.max_position_embeddings,
+        check(self.data.seq_len is None or self.data.seq_len <= self.model.max_position_embeddings,
               f"data.seq_len {self.data.seq_len} exceeds model.max_position_embeddings "
               f"{self.model.max_position_embeddings}")
 
@@ -220,10 +238,36 @@ class ElectraConfig:
 
 
 _SECTIONS = ("model", "objective", "optimizer", "data", "train")
+PRESETS_DIR = Path(__file__).resolve().parent / "configs"
+
+
+def preset_names() -> list[str]:
+    return sorted(p.stem for p in PRESETS_DIR.glob("*.json"))
+
+
+def config_location(name: str | Path) -> str:
+    """``--config`` as a location: an existing file or URI as given, else a preset by name
+    (``large`` or ``large.json``, from ``electra/configs``). Anything else is a ``ConfigError``
+    listing the presets."""
+    from common import storage
+
+    text = str(name)
+    if not storage.is_local(text) or Path(storage.local_path(text)).is_file():
+        return text
+    stem = Path(text).name.removesuffix(".json")
+    preset = PRESETS_DIR / f"{stem}.json"
+    # A bare name, or the repository path of a preset run from another folder; never another
+    # folder's file of the same name (a mistyped path must not silently become a preset).
+    if preset.is_file() and (text in (stem, f"{stem}.json") or text.endswith(f"electra/configs/{stem}.json")):
+        return str(preset)
+    raise ConfigError(f"--config {text}: no such file and no such preset; presets: {', '.join(preset_names())} "
+                      "(or give a path to a config JSON)")
 
 
 def load_config(path: str | Path, overrides: typing.Sequence[str] = ()) -> ElectraConfig:
-    """Read a preset/run config JSON (a path or URI), apply ``section.key=value`` overrides, validate."""
+    """Read a preset (by name) or a run config JSON (a path or URI), apply ``section.key=value``
+    overrides, validate."""
+    path = config_location(path)
     raw = strict.load_json(str(path))
     for item in overrides:
         apply_override(raw, item)

@@ -26,19 +26,22 @@ manifest is the commit point: a shard it does not list does not exist. Three ste
    rank that met it would leave that rank with fewer batches than the others (they would wait in
    a collective forever) and would break the exact-resume guarantee.
 
-``ShardCache`` holds the decoded shards a loader worker needs, by position in the epoch's shard
-order, and reads ahead: after the newest shard requested, the next ``prefetch`` shards (in that
-order, never past the last one the worker's span touches) load in a thread pool while the
-current block is consumed, which hides an object store's latency. Threads suffice: the work is
-network I/O, sha256 and numpy copies, which mostly release the GIL. Memory: the shards the
-current shuffle block touches plus at most ``prefetch`` shards ahead.
+``ShardCache`` holds the decoded shards one loader worker needs, by position in the epoch's shard
+order, and reads ahead along the worker's schedule (the order in which its streams first need
+each shard, computed by ``electra.sample_order``): the next ``prefetch`` shards of it load in a
+thread pool while the current ones are consumed, which hides an object store's latency, and
+nothing the worker's streams do not need in the epoch is ever read. Threads suffice: the work is
+network I/O, sha256 and numpy copies, which mostly release the GIL. The worker evicts a shard
+after the last step that uses it; the memory bound is stated in ``electra.data``.
 """
 from __future__ import annotations
 
 import json
 import logging
 import posixpath
+import threading
 import time
+from collections.abc import Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -99,17 +102,17 @@ class ShardRef:
     sha256: str
 
 
-def open_corpus(corpus: str, *, seq_len: int, tokenizer_sha256: str | None = None,
+def open_corpus(corpus: str, *, seq_len: int | None = None, tokenizer_sha256: str | None = None,
                 manifest_sha256: str | None = None, data_sha256: str | None = None,
                 allow_change: bool = False) -> CorpusInfo:
-    """Load and check a corpus: its seq_len must equal ``seq_len``; its tokenizer (and, when
+    """Load and check a corpus: its seq_len must equal ``seq_len`` (unless None); its tokenizer (and, when
     resuming, its manifest) must equal the checkpoint's. A location without a manifest (missing
     bucket, wrong prefix) raises ``FileNotFoundError`` naming it."""
     root = str(corpus)
     raw = schema.read_manifest_bytes(root)
     where = storage.join(root, schema.MANIFEST_NAME)
     manifest = schema.Manifest.parse(raw, where)
-    if manifest.seq_len != seq_len:
+    if seq_len is not None and manifest.seq_len != seq_len:
         raise CorpusMismatchError(f"{where}: corpus seq_len {manifest.seq_len} != config data.seq_len "
                                   f"{seq_len}; rebuild the corpus or set data.seq_len={manifest.seq_len}")
     tok_uri = storage.join(root, manifest.tokenizer.path, "tokenizer.json")
@@ -232,41 +235,61 @@ def _read_verified(shard: ShardRef) -> schema.Examples:
 
 
 class ShardCache:
-    """Decoded shards by position in one epoch's shard order, with read-ahead (module docstring).
+    """Decoded shards by position in one epoch's shard order, read on demand and ahead along a
+    schedule (module docstring).
 
-    ``last`` is the last position the reader can need: nothing past it is read ahead."""
+    ``schedule`` lists positions in the order the reader will first need them (default: all, in
+    order); ``read_ahead(upto)`` starts reading the first ``upto`` entries not read yet, in
+    ``prefetch`` threads (with ``prefetch`` 0 every read happens in ``get``), so nothing outside
+    the schedule is ever read ahead. ``evict`` forgets shards the reader no longer needs.
+    ``bytes_read`` and ``reads`` (positions, in completion order) count what was read: each read
+    is one whole, verified pass over a shard."""
 
-    def __init__(self, ordered: list[ShardRef], *, prefetch: int = 0, last: int | None = None):
+    def __init__(self, ordered: list[ShardRef], *, prefetch: int = 0, schedule: Sequence[int] | None = None):
         self.ordered = ordered
         self.prefetch = prefetch
-        self.last = len(ordered) - 1 if last is None else last
+        self.schedule = list(range(len(ordered))) if schedule is None else [int(i) for i in schedule]
         self.loaded: dict[int, schema.Examples] = {}
         self.pending: dict[int, Future] = {}
-        self.frontier = -1  # the furthest position requested so far
+        self.next = 0  # schedule entries before it were handed to read-ahead (or passed by)
+        self.bytes_read = 0
+        self.reads: list[int] = []
+        self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(prefetch, thread_name_prefix="shard-read-ahead") if prefetch else None
 
+    def _read(self, index: int) -> schema.Examples:
+        examples = read_shard(self.ordered[index])
+        with self._lock:
+            self.bytes_read += self.ordered[index].bytes
+            self.reads.append(index)
+        return examples
+
+    def read_so_far(self) -> tuple[int, list[int]]:
+        """``(bytes_read, reads)`` as of now (reads complete in read-ahead threads)."""
+        with self._lock:
+            return self.bytes_read, list(self.reads)
+
+    def read_ahead(self, upto: int) -> None:
+        """Make sure the first ``upto`` schedule entries are loaded or loading (no-op without threads)."""
+        while self.next < min(upto, len(self.schedule)):
+            index = self.schedule[self.next]
+            self.next += 1
+            if self._pool is not None and index not in self.loaded and index not in self.pending:
+                self.pending[index] = self._pool.submit(self._read, index)
+
     def get(self, index: int) -> schema.Examples:
-        if index > self.frontier:
-            self.frontier = index
-            self._read_ahead()  # before a blocking read below, so the two overlap
         if index not in self.loaded:
             future = self.pending.pop(index, None)
-            self.loaded[index] = future.result() if future is not None else read_shard(self.ordered[index])
+            self.loaded[index] = future.result() if future is not None else self._read(index)
         return self.loaded[index]
 
-    def _read_ahead(self) -> None:
-        if self._pool is None:
-            return
-        for i in range(self.frontier + 1, min(self.frontier + self.prefetch, self.last) + 1):
-            if i not in self.loaded and i not in self.pending:
-                self.pending[i] = self._pool.submit(read_shard, self.ordered[i])
-
-    def evict_before(self, index: int) -> None:
-        """Forget the shards before position ``index`` (the current block starts in ``index``)."""
-        for i in [i for i in self.loaded if i < index]:
-            del self.loaded[i]
-        for i in [i for i in self.pending if i < index]:
-            self.pending.pop(i).cancel()
+    def evict(self, indices: Iterable[int]) -> None:
+        """Forget the shards at ``indices`` (a read of one still pending is cancelled)."""
+        for index in indices:
+            self.loaded.pop(int(index), None)
+            future = self.pending.pop(int(index), None)
+            if future is not None:
+                future.cancel()
 
     def close(self) -> None:
         if self._pool is not None:

@@ -1,33 +1,47 @@
-"""Streaming the corpus shards to the trainer: rank/worker split, deterministic shuffle, resume.
+"""Streaming the corpus shards to the trainer: the elastic global order, read once per rank.
 
-The algorithm, for one split and one epoch:
+**The order** (``electra.sample_order``): each epoch's examples form a shuffled sequence (a
+shard permutation, then a block shuffle) that depends on ``(shard list, seed, epoch)`` only. It
+is cut into ``C = gcd(global_batch, data.streams)`` canonical streams, and the global batch of
+step ``s`` takes ``G/C`` consecutive examples from each stream. Rank ``r`` of ``W`` takes the
+``r``-th contiguous ``G/W`` of that canonical batch and cuts it into micro batches. So the
+global batch of every step is a function of the corpus, seed, epoch, global batch, streams and
+shuffle block, never of the number of ranks, the micro batch or the loader's workers: a run can
+stop on ``W`` ranks and resume on ``W'`` and train on the same batches. Two reasons for streams:
+*elasticity* (above) with *locality* (a rank owning ``C/W`` whole streams opens only about
+``1/W`` of the shards, where a strided or random split would make every rank read everything),
+and *mixing* (each global batch draws from ``C`` regions of the corpus, not from one shuffle
+block). Examples left over at the end of an epoch (fewer than ``G + C``) are counted and
+logged once.
 
-1. **The epoch stream** is a function of ``(seed, epoch)`` only. Shards (manifest order) are
-   permuted with ``rng(seed, epoch)`` and concatenated; the resulting sequence of ``N`` examples
-   is cut into blocks of ``data.shuffle_buffer`` positions and each block is permuted with
-   ``rng(seed, epoch, block)``. This is a block shuffle rather than WebDataset's reservoir
-   buffer because a reservoir's output depends on who reads which shard; a block shuffle gives
-   the same global order whatever the number of ranks or workers, and any position in it can be
-   computed directly, which is what exact resume needs. Trade-off: mixing is limited to the
-   shard permutation plus one block; a block should span several shards' worth of examples for
-   a small corpus, and holds a block's shards in memory per worker (compact shards: about
-   2 bytes per token decoded).
-2. **Ranks** take equal contiguous spans of the stream: rank ``r`` reads positions
-   ``[r*n, r*n + b*m)`` with ``n = N // world``, ``m`` the micro batch and ``b = n // m`` the
-   micro batches per rank per epoch. Every rank therefore runs the same number of steps however
-   the shards divide, no example is read twice in an epoch, and the ``N - world*b*m`` examples
-   left over (fewer than ``world*(m+1)``) are counted and logged, not silently lost. Contiguous
-   spans mean a rank opens only about ``1/world`` of the shards.
-3. **Workers** of a rank's DataLoader produce whole micro batches round robin: worker ``w`` of
-   ``W`` builds batches ``k0+w, k0+w+W, ...`` and the DataLoader interleaves them back in order,
-   so the batch sequence is identical for any ``W`` (each worker reads the rank's shards and
-   collates only its own batches; reading is cheap next to a training step). Each worker reads
-   the next ``data.prefetch_shards`` shards of the epoch's order ahead in background threads,
-   so a remote store's latency hides behind the current block; read-ahead changes when bytes
-   arrive, never which examples a batch holds.
-4. **Position** = ``(epoch, micro batches consumed in the epoch)``. It is saved in checkpoints;
-   a restarted run rebuilds the loader at that position and sees exactly the batches the
-   uninterrupted run would have seen.
+**Workers.** A rank's ``torch`` DataLoader workers split the rank's stream segments into
+contiguous groups; a worker computes its exact schedule for the epoch (which shards its streams
+need, from which step to which step), reads them in that order through one ``ShardCache`` shared
+by its streams (a shard two of its streams touch is decoded once), reads ``data.prefetch_shards``
+ahead along that schedule and never past it, and evicts a shard after the last step that uses
+it. Every worker yields exactly one part per step (empty when it serves no stream), so the
+DataLoader's round robin keeps the steps aligned; the main process concatenates a step's parts
+in worker order, which is canonical order, and cuts the micro batches, so their contents do not
+depend on the number of workers. Each byte is read about once per rank; a shard on the border
+between two workers' (or two ranks') regions is read by both. Parts carry the bytes and shards
+their worker read (workers are processes), summed in ``TrainStream.bytes_read``.
+
+**Memory bound**, per worker, in decoded shards (compact shards: about 2 bytes per token):
+``(2 * S_w - 1) * B + prefetch``. ``S_w`` is the number of stream segments the worker serves (its
+rank's ``C/W`` streams, or the pieces of cut streams, divided among the workers); ``B`` is the
+number of shards the source range of one step's rows of one stream can span: that of two
+consecutive shuffle blocks when ``G/C <= data.shuffle_buffer`` (a block's examples come from the
+block's own range; without shuffle, a block is one example). A shard is decoded at its first use
+and evicted after its last, so at any step a stream holds the ``B`` shards around its current
+blocks, and each pair of neighbouring streams at most ``B`` more: the shards of the block on
+their border, which the second stream needs at its start and the first only at its end, kept
+rather than read twice. The DataLoader also queues a few steps of collated rows per worker. The
+price of more streams (or fewer workers sharing them) is therefore memory, linear in ``S_w``.
+
+**Position** = ``(epoch, optimizer steps completed in the epoch)``: global, so it means the same
+on any number of ranks. It is saved in checkpoints; a restarted run rebuilds the stream there and
+sees exactly the global batches the uninterrupted run would have seen. The old per-rank format
+``{"epoch", "batch"}`` cannot be mapped onto this order and is refused by ``from_dict``.
 
 Integrity (``electra.corpus``): before training, one listing per shard folder is compared with
 the manifest's names and sizes on every rank alike; a missing or truncated shard raises
@@ -41,107 +55,56 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from typing import NamedTuple
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 
 from electra.corpus import (CorpusInfo, CorpusMismatchError, CorruptShardError, ShardCache, ShardRef,
                             check_shards, open_corpus, read_shard)
+from electra.sample_order import Segment, ShardSchedule, StreamPlan
 from pipelines import schema
 
-# electra.data is the trainer's one data API; the corpus names are re-exported from here.
+# electra.data is the trainer's one data API; the corpus and order names are re-exported from here.
 __all__ = ["Batch", "CorpusInfo", "CorpusMismatchError", "CorruptShardError", "DataPosition", "EpochStream",
-           "Row", "ShardRef", "StreamPlan", "TrainStream", "check_shards", "collate", "eval_batches",
-           "open_corpus", "read_shard"]
+           "Row", "Segment", "ShardRef", "ShardSchedule", "StreamPlan", "TrainStream", "check_shards", "collate",
+           "eval_batches", "open_corpus", "read_shard"]
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class DataPosition:
+    """Optimizer steps completed in ``epoch``: ``step * global_batch`` examples consumed globally."""
     epoch: int = 0
-    batch: int = 0  # micro batches this rank has consumed in the epoch
+    step: int = 0
 
     def to_dict(self) -> dict[str, int]:
-        return {"epoch": self.epoch, "batch": self.batch}
+        return {"epoch": self.epoch, "step": self.step}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> DataPosition:
+        if "batch" in d and "step" not in d:
+            raise ValueError(f"data position {d} is in the old per-rank format (micro batches one rank had "
+                             "consumed); it cannot be mapped onto the elastic global order: resume from a "
+                             "checkpoint written since, or start a new run directory")
+        if set(d) != {"epoch", "step"} or not all(isinstance(d[k], int) and d[k] >= 0 for k in d):
+            raise ValueError(f"data position {d}: expected {{'epoch': int >= 0, 'step': int >= 0}}")
+        return cls(d["epoch"], d["step"])
 
 
 @dataclass
 class Batch:
-    input_ids: torch.Tensor  # [B, T] int64, padded with 0
-    segment_ids: torch.Tensor  # [B, T] int64
-    keys: list[str]  # example keys, {uid:016x}-{ordinal:05d}
-    position: DataPosition  # of this batch (its index in the epoch)
+    input_ids: torch.Tensor  # [m, T] int64, padded with 0
+    segment_ids: torch.Tensor  # [m, T] int64
+    keys: list[tuple[int, int]]  # (document uid, ordinal in the document) per row
+    position: DataPosition  # the start of the optimizer step this micro batch belongs to
+    micro: int  # index of this micro batch within the step, 0 .. accum-1
 
     @property
     def num_tokens(self) -> int:
         return int((self.input_ids != 0).sum())
-
-
-@dataclass(frozen=True)
-class StreamPlan:
-    """Which examples this rank reads in which order: see the module docstring."""
-    shards: tuple[ShardRef, ...]
-    seq_len: int
-    micro_batch: int
-    rank: int = 0
-    world_size: int = 1
-    seed: int = 0
-    shuffle_block: int = 2000
-    shuffle: bool = True
-    num_examples: int = field(init=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "num_examples", sum(s.num_examples for s in self.shards))
-        if not 0 <= self.rank < self.world_size:
-            raise ValueError(f"rank {self.rank} outside world of {self.world_size}")
-
-    @property
-    def batches_per_epoch(self) -> int:
-        return (self.num_examples // self.world_size) // self.micro_batch
-
-    @property
-    def dropped_per_epoch(self) -> int:
-        return self.num_examples - self.world_size * self.batches_per_epoch * self.micro_batch
-
-    def shard_order(self, epoch: int) -> np.ndarray:
-        n = len(self.shards)
-        if not self.shuffle:
-            return np.arange(n)
-        return np.random.default_rng([self.seed, epoch]).permutation(n)
-
-    def source_positions(self, epoch: int, positions: np.ndarray) -> np.ndarray:
-        """Map shuffled stream positions to positions in the concatenated shard stream."""
-        if not self.shuffle:
-            return positions
-        k = self.shuffle_block
-        out = np.empty_like(positions)
-        for block in np.unique(positions // k):
-            start = block * k
-            size = min(k, self.num_examples - start)
-            perm = np.random.default_rng([self.seed, epoch, int(block)]).permutation(size)
-            sel = positions // k == block
-            out[sel] = start + perm[positions[sel] - start]
-        return out
-
-    def source_span(self, start: int, stop: int) -> tuple[int, int]:
-        """``[lo, hi)`` of the concatenated-stream positions this rank's batches ``[start, stop)``
-        can touch in any epoch: their stream span widened to whole shuffle blocks."""
-        span = self.num_examples // self.world_size
-        lo = self.rank * span + start * self.micro_batch
-        hi = self.rank * span + max(start, stop) * self.micro_batch
-        if self.shuffle and hi > lo:
-            k = self.shuffle_block
-            lo, hi = lo // k * k, min(self.num_examples, -(-hi // k) * k)
-        return lo, hi
-
-    def batch_positions(self, epoch: int, batch: int) -> np.ndarray:
-        """Source positions (concatenated-stream order) of one of this rank's micro batches."""
-        span = self.num_examples // self.world_size
-        first = self.rank * span + batch * self.micro_batch
-        return self.source_positions(epoch, np.arange(first, first + self.micro_batch))
 
 
 class Row(NamedTuple):
@@ -164,32 +127,50 @@ def collate(rows: list[Row], *, seq_len: int) -> tuple[torch.Tensor, torch.Tenso
     return torch.from_numpy(ids), torch.from_numpy(seg)
 
 
+class _Part(NamedTuple):
+    """One worker's rows of one step (canonical order within the worker's group)."""
+    step: int
+    worker: int
+    input_ids: torch.Tensor
+    segment_ids: torch.Tensor
+    keys: list[tuple[int, int]]
+    bytes_read: int  # shard bytes the worker read since its previous part
+    shards_read: tuple[str, ...]  # locations of those shards
+
+
 class EpochStream(torch.utils.data.IterableDataset):
-    """One rank's micro batches of one epoch from ``start`` on; worker-split as in the docstring."""
+    """One rank's steps ``[start, stop)`` of one epoch as per-worker parts (module docstring)."""
 
     def __init__(self, plan: StreamPlan, epoch: int, start: int = 0, stop: int | None = None, *,
                  prefetch: int = 2):
         self.plan, self.epoch, self.start, self.prefetch = plan, epoch, start, prefetch
-        self.stop = plan.batches_per_epoch if stop is None else min(stop, plan.batches_per_epoch)
+        self.stop = plan.steps_per_epoch if stop is None else min(stop, plan.steps_per_epoch)
 
-    def __iter__(self) -> Iterator[Batch]:
+    def __iter__(self) -> Iterator[_Part]:
         info = torch.utils.data.get_worker_info()
-        wid, nw = (info.id, info.num_workers) if info else (0, 1)
-        ordered = [self.plan.shards[i] for i in self.plan.shard_order(self.epoch)]
-        bounds = np.cumsum([0] + [s.num_examples for s in ordered])
-        lo, hi = self.plan.source_span(self.start, self.stop)
-        last = int(np.searchsorted(bounds, hi - 1, side="right") - 1) if hi > lo else -1
-        block = self.plan.shuffle_block if self.plan.shuffle else self.plan.micro_batch
-        with ShardCache(ordered, prefetch=self.prefetch, last=last) as cache:
-            for batch in range(self.start + wid, self.stop, nw):
-                src = self.plan.batch_positions(self.epoch, batch)
-                where = np.searchsorted(bounds, src, side="right") - 1
-                block_start = (src.min() // block) * block
-                cache.evict_before(int(np.searchsorted(bounds, block_start, side="right") - 1))
-                shards = {int(si): cache.get(int(si)) for si in np.unique(where)}  # in epoch order
-                rows = [Row(ordered[si].uri, shards[si], int(pos - bounds[si])) for pos, si in zip(src, where)]
-                ids, seg = collate(rows, seq_len=self.plan.seq_len)
-                yield Batch(ids, seg, [r.examples.key(r.index) for r in rows], DataPosition(self.epoch, batch))
+        return self.parts(*((info.id, info.num_workers) if info else (0, 1)))
+
+    def parts(self, worker: int, num_workers: int) -> Iterator[_Part]:
+        plan, epoch = self.plan, self.epoch
+        segments = plan.segments(worker, num_workers)
+        ordered, bounds = plan.ordered_shards(epoch)
+        sched = plan.schedule(epoch, segments, self.start, self.stop)
+        evict_at: dict[int, list[int]] = {}
+        for index, last in zip(sched.order.tolist(), sched.last.tolist()):
+            evict_at.setdefault(last, []).append(index)
+        reported_bytes = reported_reads = 0
+        with ShardCache(ordered, prefetch=self.prefetch, schedule=sched.order) as cache:
+            for step in range(self.start, self.stop):
+                cache.read_ahead(int(np.searchsorted(sched.first, step, side="right")) + self.prefetch)
+                where, index = plan.step_sources(epoch, step, segments, bounds)
+                rows = [Row(ordered[w].uri, cache.get(w), i) for w, i in zip(where.tolist(), index.tolist())]
+                ids, seg = collate(rows, seq_len=plan.seq_len)
+                keys = [(int(r.examples.uid[r.index]), int(r.examples.ordinal[r.index])) for r in rows]
+                cache.evict(evict_at.pop(step, ()))
+                done, reads = cache.read_so_far()
+                new = tuple(ordered[i].uri for i in reads[reported_reads:])
+                yield _Part(step, worker, ids, seg, keys, done - reported_bytes, new)
+                reported_bytes, reported_reads = done, len(reads)
 
 
 def _identity(x):
@@ -197,38 +178,83 @@ def _identity(x):
 
 
 class TrainStream:
-    """Endless iterator of a rank's micro batches across epochs, resumable at ``position``."""
+    """Endless iterator of a rank's micro batches across epochs, from ``start`` on (module
+    docstring). ``position``: after the last micro batch of a step, the next step (the end of an
+    epoch is ``(epoch + 1, 0)``). ``bytes_read``: shard bytes this rank's loader has read, over all
+    its workers; ``shards_read``: worker -> locations it read, for the current epoch."""
 
     def __init__(self, plan: StreamPlan, *, num_workers: int = 2, prefetch: int = 2,
                  start: DataPosition = DataPosition()):
-        if plan.batches_per_epoch < 1:
-            raise ValueError(f"{plan.num_examples} examples cannot fill one micro batch of {plan.micro_batch} "
-                             f"on each of {plan.world_size} ranks")
-        self.plan, self.num_workers, self.prefetch, self.position = plan, num_workers, prefetch, start
-        if plan.dropped_per_epoch:
-            log.info("rank %d: %d examples per epoch left over (equal steps on %d ranks)",
-                     plan.rank, plan.dropped_per_epoch, plan.world_size)
+        if plan.steps_per_epoch < 1:
+            raise ValueError(f"{plan.num_examples} examples cannot fill one global batch of {plan.global_batch}: "
+                             f"{plan.streams_effective} streams of {plan.stream_length} examples, "
+                             f"{plan.rows_per_stream} per stream per step")
+        self.plan, self.num_workers, self.prefetch = plan, num_workers, prefetch
+        self.position = start
+        self.bytes_read = 0
+        self.shards_read: dict[int, list[str]] = {}
+        if plan.dropped_per_epoch and plan.rank == 0:
+            log.info("%d of %d examples per epoch left over: %d steps of global batch %d from %d streams",
+                     plan.dropped_per_epoch, plan.num_examples, plan.steps_per_epoch, plan.global_batch,
+                     plan.streams_effective)
 
-    def loader(self, epoch: int, start: int) -> torch.utils.data.DataLoader:
-        # An explicit generator: otherwise creating the iterator draws from the global torch RNG,
-        # and a resumed run (which creates it at another step) would diverge from the original.
-        return torch.utils.data.DataLoader(
-            EpochStream(self.plan, epoch, start, prefetch=self.prefetch), batch_size=None, num_workers=self.num_workers,
-            collate_fn=_identity, generator=torch.Generator().manual_seed(self.plan.seed),
-            prefetch_factor=4 if self.num_workers else None, persistent_workers=False)
+    def loader(self, epoch: int, start_step: int = 0) -> Iterator[Batch]:
+        """This rank's micro batches of steps ``[start_step, steps_per_epoch)`` of ``epoch``."""
+        dataset = EpochStream(self.plan, epoch, start_step, prefetch=self.prefetch)
+        if not self.num_workers:
+            parts = dataset.parts(0, 1)
+        else:
+            # An explicit generator: otherwise creating the iterator draws from the global torch RNG,
+            # and a resumed run (which creates it at another step) would diverge from the original.
+            parts = iter(torch.utils.data.DataLoader(
+                dataset, batch_size=None, num_workers=self.num_workers, collate_fn=_identity,
+                generator=torch.Generator().manual_seed(self.plan.seed), prefetch_factor=4,
+                persistent_workers=False))
+        self.shards_read = {}
+        yield from _micro_batches(self.plan, epoch, parts, max(1, self.num_workers), start_step, dataset.stop,
+                                  self._account)
+
+    def _account(self, part: _Part) -> None:
+        self.bytes_read += part.bytes_read
+        self.shards_read.setdefault(part.worker, []).extend(part.shards_read)
 
     def __iter__(self) -> Iterator[Batch]:
+        steps, accum = self.plan.steps_per_epoch, self.plan.accum
         while True:
-            epoch = self.position.epoch
-            for batch in self.loader(epoch, self.position.batch):
-                nxt = batch.position.batch + 1
-                # canonical: the end of an epoch is the start of the next one
-                self.position = (DataPosition(epoch, nxt) if nxt < self.plan.batches_per_epoch
-                                 else DataPosition(epoch + 1, 0))
+            epoch, step = self.position.epoch, self.position.step
+            if step >= steps:  # a position past this corpus's epoch: the next epoch
+                self.position = DataPosition(epoch + 1, 0)
+                continue
+            for batch in self.loader(epoch, step):
+                if batch.micro == accum - 1:
+                    nxt = batch.position.step + 1
+                    self.position = DataPosition(epoch, nxt) if nxt < steps else DataPosition(epoch + 1, 0)
                 yield batch
-            self.position = DataPosition(max(self.position.epoch, epoch + 1), 0)
 
 
-def eval_batches(plan: StreamPlan, num_batches: int, *, prefetch: int = 2) -> Iterator[Batch]:
-    """The first ``num_batches`` of this rank's validation span: the same examples at every eval."""
-    yield from EpochStream(plan, epoch=0, start=0, stop=num_batches, prefetch=prefetch)
+def _micro_batches(plan: StreamPlan, epoch: int, parts: Iterator[_Part], num_parts: int, start: int, stop: int,
+                   account) -> Iterator[Batch]:
+    """Reassemble each step's parts (one per worker, in worker = canonical order) into micro batches."""
+    m = plan.micro_batch
+    for step in range(start, stop):
+        got = [next(parts) for _ in range(num_parts)]
+        if [(p.step, p.worker) for p in got] != [(step, w) for w in range(num_parts)]:
+            raise RuntimeError(f"loader parts out of order at step {step}: {[(p.step, p.worker) for p in got]}")
+        for p in got:
+            account(p)
+        ids = torch.cat([p.input_ids for p in got])
+        seg = torch.cat([p.segment_ids for p in got])
+        keys = [k for p in got for k in p.keys]
+        for k in range(plan.accum):
+            yield Batch(ids[k * m:(k + 1) * m], seg[k * m:(k + 1) * m], keys[k * m:(k + 1) * m],
+                        DataPosition(epoch, step), k)
+
+
+def eval_batches(plan: StreamPlan, num_steps: int, *, prefetch: int = 2) -> Iterator[Batch]:
+    """This rank's micro batches of the first ``num_steps`` global batches (at most an epoch) of
+    ``plan``, which must be unshuffled: the same examples at every evaluation, and the same set
+    for any number of ranks. Read in the calling process."""
+    if plan.shuffle:
+        raise ValueError("eval_batches needs an unshuffled plan (shuffle=False)")
+    dataset = EpochStream(plan, 0, 0, num_steps, prefetch=prefetch)
+    yield from _micro_batches(plan, 0, dataset.parts(0, 1), 1, 0, dataset.stop, lambda part: None)

@@ -5,8 +5,9 @@ objects: a tampered checkpoint could run code. ``install_safe_loader`` wraps the
 checkpoint engine so its loads use ``weights_only=True`` with an allow-list of the few DeepSpeed
 classes its optimiser files hold (loss scalers, the ZeRO stage enum, fragment addresses);
 ``checkpoint_state_dict`` (the offline reader behind ``electra.hf_export.export_checkpoint``)
-patches ``torch.load`` the same way for the duration of the read, because DeepSpeed's
-``zero_to_fp32`` calls it directly.
+patches ``torch.load`` the same way for the duration of the read (``weights_only_loads``), because
+DeepSpeed's ``zero_to_fp32`` calls it directly; so do the universal-checkpoint conversion and load
+(``electra.universal_checkpoint``, whose DeepSpeed code calls ``torch.load`` itself too).
 
 Where the fp32 master weights live depends on the optimiser DeepSpeed chose: without ZeRO the
 model-states file holds them whole; with ZeRO they are partitioned over the ranks' optimiser
@@ -22,10 +23,11 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["checkpoint_state_dict", "install_safe_loader"]
+__all__ = ["checkpoint_state_dict", "install_safe_loader", "safe_globals_list", "safe_load", "weights_only_loads"]
 
 
-def _safe_globals() -> list:
+def safe_globals_list() -> list:
+    """The DeepSpeed classes its checkpoint files pickle, allowed in weights-only loads."""
     from deepspeed.runtime.fp16.loss_scaler import DynamicLossScaler, LossScaler
     from deepspeed.runtime.zero.config import ZeroStageEnum
     from deepspeed.utils.tensor_fragment import fragment_address
@@ -43,7 +45,7 @@ class _SafeLoad:
         return getattr(self._inner, name)
 
     def load(self, path: str, map_location=None):
-        with torch.serialization.safe_globals(_safe_globals()):
+        with torch.serialization.safe_globals(safe_globals_list()):
             return torch.load(path, map_location=map_location, weights_only=True)
 
 
@@ -52,14 +54,20 @@ def install_safe_loader(engine) -> None:
         engine.checkpoint_engine = _SafeLoad(engine.checkpoint_engine)
 
 
+def safe_load(path: str | Path, *, mmap: bool = False):
+    """``torch.load`` of a DeepSpeed file on the CPU, weights-only (``mmap``: tensors read lazily)."""
+    with torch.serialization.safe_globals(safe_globals_list()):
+        return torch.load(path, map_location="cpu", mmap=mmap, weights_only=True)
+
+
 @contextmanager
-def _weights_only_loads():
+def weights_only_loads():
     """Make every ``torch.load`` inside (e.g. DeepSpeed's zero_to_fp32) use ``weights_only=True``."""
     original = torch.load
 
     def safe(f, *args, **kwargs):
         kwargs["weights_only"] = True
-        with torch.serialization.safe_globals(_safe_globals()):
+        with torch.serialization.safe_globals(safe_globals_list()):
             return original(f, *args, **kwargs)
 
     torch.load = safe
@@ -73,7 +81,7 @@ def checkpoint_state_dict(step_dir: str | Path) -> dict[str, torch.Tensor]:
     """The wrapped module's full fp32 state dict from a DeepSpeed checkpoint directory (module
     docstring: where the masters live for each optimiser), read with weights-only loads."""
     step_dir = Path(step_dir)
-    with _weights_only_loads():
+    with weights_only_loads():
         if list(step_dir.glob("bf16_zero_pp_rank_*optim_states.pt")):
             return _bf16_optimizer_state_dict(step_dir)
         if list(step_dir.glob("*zero_pp_rank_*optim_states.pt")):

@@ -45,6 +45,8 @@ from typing import Callable, TypeVar
 import torch
 import torch.distributed as dist
 
+from common.config import ConfigError
+from electra.batch_geometry import batch_geometry
 from electra.config import ElectraConfig
 from electra.hardware import cpu_features, native_bf16
 
@@ -73,10 +75,27 @@ def init_distributed() -> DistInfo:
     if "RANK" not in os.environ:
         os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
                           MASTER_PORT=str(free_port()))
-    if not torch.cuda.is_available():
+    if torch.cuda.is_available():
+        pass
+    elif int(os.environ["WORLD_SIZE"]) == 1:
+        skip_shm_op()
+    else:
         build_shm_op_safely()
     deepspeed.init_distributed()
     return DistInfo(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", 0)))
+
+
+def skip_shm_op() -> None:
+    """One CPU process has no peer to share memory with: tell DeepSpeed its shm collective op is
+    unavailable, so its backend neither builds nor loads it (a JIT build of 30-110 s on a new
+    machine or venv path, for nothing). DeepSpeed consults ``deepspeed.ops.__compatible_ops__``
+    before building (``deepspeed.comm.torch.build_shm_op``)."""
+    import deepspeed.ops
+    from deepspeed.accelerator import get_accelerator
+
+    builder = get_accelerator().create_op_builder("ShareMemCommBuilder")
+    if builder is not None:
+        deepspeed.ops.__compatible_ops__[builder.NAME] = False
 
 
 def build_shm_op_safely() -> None:
@@ -127,19 +146,15 @@ def effective_precision(precision: str) -> str:
 def deepspeed_config(cfg: ElectraConfig, world_size: int) -> dict:
     """Our config's deepspeed section with the fields the trainer owns filled in."""
     ds = copy.deepcopy(cfg.deepspeed)
-    micro, total = cfg.train.micro_batch_size, cfg.train.global_batch_size
-    if total % (micro * world_size):
-        raise ValueError(f"train.global_batch_size {total} is not a multiple of micro batch {micro} x "
-                         f"{world_size} ranks; change train.micro_batch_size")
-    ds.update(train_batch_size=total, train_micro_batch_size_per_gpu=micro,
-              gradient_accumulation_steps=total // (micro * world_size),
-              gradient_clipping=cfg.optimizer.grad_clip)
+    geometry = batch_geometry(cfg.train.global_batch_size, cfg.train.micro_batch_size, world_size)
+    ds.update(train_batch_size=geometry.global_batch, train_micro_batch_size_per_gpu=geometry.micro_batch,
+              gradient_accumulation_steps=geometry.accum, gradient_clipping=cfg.optimizer.grad_clip)
     ds["bf16"] = {**ds.get("bf16", {}), "enabled": cfg.train.precision == "bf16"}
     ds["fp16"] = {**ds.get("fp16", {}), "enabled": cfg.train.precision == "fp16"}
     if cfg.train.precision == "bf16":  # fp32 accumulation and reduction (module docstring)
         stage = ds.get("zero_optimization", {}).get("stage", 0)
         if stage == 0:
-            raise ValueError("train.precision bf16 needs deepspeed.zero_optimization.stage >= 1: DeepSpeed "
+            raise ConfigError("train.precision bf16 needs deepspeed.zero_optimization.stage >= 1: DeepSpeed "
                              "accumulates gradients in fp32 only with ZeRO (stage 1 on one rank costs nothing)")
         ds["data_types"] = {**ds.get("data_types", {}), "grad_accum_dtype": "fp32"}
         ds["communication_data_type"] = "fp32"

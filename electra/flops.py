@@ -43,7 +43,7 @@ def lm_head_flops(*, hidden: int, embedding: int, vocab: int) -> float:
 
 def forward_flops_per_token(cfg: ElectraConfig, attention_len: float | None = None) -> float:
     m, p = cfg.model, cfg.objective.mask_prob
-    t = cfg.data.seq_len if attention_len is None else attention_len
+    t = cfg.seq_len if attention_len is None else attention_len
     disc = encoder_flops_per_token(hidden=m.hidden_size, ffn=m.intermediate_size, layers=m.num_layers,
                                    seq_len=t, embedding=m.embedding_size)
     if cfg.objective.kind == "mlm":

@@ -9,6 +9,8 @@ The tokenizer files are derived from the run's ``tokenizer.json``: ``tokenizer_c
 names the class that reproduces it (``BertTokenizerFast`` for a BERT WordPiece, otherwise
 ``PreTrainedTokenizerFast`` with a guard that makes the BERT/ELECTRA classes raise instead of
 silently encoding a Unigram vocabulary as ``[UNK]``), ``vocab.txt`` only for a BERT WordPiece.
+Its ``model_max_length`` is the exported model's ``max_position_embeddings``, so
+``tokenizer(text, truncation=True)`` never returns more tokens than the model has positions.
 
 All names go through ONE explicit key map (``encoder_to_hf`` / ``encoder_from_hf`` plus the two
 head tables). The only non-renaming entry is the fused ``qkv`` Linear, split into HF's
@@ -17,23 +19,30 @@ memory but is written into BOTH checkpoints; ``generator_lm_head.weight`` is not
 HF ties it to the word embeddings on load (as ``save_pretrained`` does). Tensors are written as
 float32 safetensors (never pickles) with ``{"format": "pt"}`` metadata, which
 ``from_pretrained`` expects. The whole ``out_dir`` is built in a temporary sibling folder and
-renamed into place, so a reader never sees half an export.
+renamed into place, so a reader never sees half an export; every file and folder in it gets its
+mode from the umask (``common.filemode``: safetensors alone would write 0600).
 
 ``export_checkpoint(step_dir, out_dir)`` does the same for any complete checkpoint of a run,
 offline: the model is rebuilt from the run's ``config.json``, its fp32 master weights are read
 from the DeepSpeed files (``electra.deepspeed_states``: ZeRO partitions gathered, weights-only
-loads), and the run's copy of the tokenizer is written beside them.
+loads), and the run's copy of the tokenizer is written beside them. From a shell::
+
+    electra-export RUN/checkpoints/step_N --out DIR     # or: python -m electra.hf_export ...
+    electra-export RUN --out DIR                        # the run's newest complete checkpoint
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file, save_file
 
+from common.filemode import apply_umask
 from electra import run_layout as layout
 from electra.config import ElectraConfig, ModelConfig
 from electra.model import ElectraEmbeddings, ElectraEncoder, ElectraForPretraining, build_encoder
@@ -157,9 +166,11 @@ def export_hf(model: ElectraForPretraining, cfg: ModelConfig, out_dir: str | Pat
         folder.mkdir(parents=True)
         tensors = {k: v.detach().to("cpu", torch.float32).contiguous().clone() for k, v in state.items()}
         save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
-        (folder / "config.json").write_text(json.dumps(hf_config(cfg, generator=generator), indent=2) + "\n")
-        for name, data in tok_files.items():
-            (folder / name).write_bytes(data)
+        apply_umask(folder / "model.safetensors")  # safetensors creates it 0600 whatever the umask
+        config = hf_config(cfg, generator=generator)
+        (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+        for file, data in _fit_to_model(tok_files, config["max_position_embeddings"]).items():
+            (folder / file).write_bytes(data)
     old = out_dir.parent / f".{out_dir.name}.old-{os.getpid()}"
     if out_dir.exists():
         os.replace(out_dir, old)
@@ -182,7 +193,14 @@ def export_checkpoint(step_dir: str | Path, out_dir: str | Path) -> Path:
         raise FileNotFoundError(f"{step_dir}: not a complete checkpoint (no {layout.META} in a "
                                 f"RUN/{layout.CHECKPOINTS}/step_N folder)")
     config_path = run_dir / layout.CONFIG
-    cfg = ElectraConfig.from_dict(json.loads(config_path.read_text()), source=str(config_path))
+    if not config_path.is_file():
+        raise FileNotFoundError(f"{config_path}: missing; the export rebuilds the model from the run's "
+                                f"config.json, which the trainer writes at start")
+    try:
+        raw = json.loads(config_path.read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{config_path}:{e.lineno}: invalid JSON: {e.msg}") from e
+    cfg = ElectraConfig.from_dict(raw, source=str(config_path))
     model = ElectraForPretraining(cfg.model)
     prefix = "model."  # the engine wraps ElectraObjective, which holds the model as .model
     state = {k[len(prefix):]: v for k, v in checkpoint_state_dict(step_dir).items() if k.startswith(prefix)}
@@ -190,6 +208,19 @@ def export_checkpoint(step_dir: str | Path, out_dir: str | Path) -> Path:
     tokenizer_dir = run_dir / layout.TOKENIZER
     export_hf(model, cfg.model, out_dir, tokenizer_dir=tokenizer_dir if tokenizer_dir.is_dir() else None)
     return Path(out_dir)
+
+
+def _fit_to_model(tok_files: dict[str, bytes], positions: int) -> dict[str, bytes]:
+    """The tokenizer files with ``model_max_length`` set to the model's position count, so that
+    ``tokenizer(text, truncation=True)`` (and ``padding="max_length"``) never makes a sequence the
+    model cannot embed. transformers reads it from ``tokenizer_config.json`` only (``tokenizer.json``
+    carries no length unless truncation is enabled in it, and ours is not: a call's own arguments
+    decide). The corpus folder's value is a generic 512 and is not carried over."""
+    if "tokenizer_config.json" not in tok_files:
+        return tok_files
+    config = json.loads(tok_files["tokenizer_config.json"])
+    config["model_max_length"] = int(positions)
+    return {**tok_files, "tokenizer_config.json": (json.dumps(config, indent=2, sort_keys=True) + "\n").encode()}
 
 
 def _tokenizer_files(tokenizer_dir: str | Path | None) -> dict[str, bytes]:
@@ -271,3 +302,57 @@ def load_discriminator_encoder(path: str | Path) -> tuple[ElectraEncoder, ModelC
     encoder = build_encoder(cfg, ElectraEmbeddings.from_config(cfg))
     encoder.load_state_dict(encoder_from_hf(state, cfg.num_layers), strict=True)
     return encoder, cfg
+
+
+# ------------------------------------------------------------------------------ command line
+_WHERE = "give a checkpoint folder RUN/checkpoints/step_N or a run folder RUN written by electra.train"
+
+
+def resolve_checkpoint(path: str | Path) -> Path:
+    """``path`` as a complete step folder: itself, or a run folder's newest complete checkpoint
+    (``run_layout.find_latest``); FileNotFoundError naming the folder and the fix otherwise."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such folder; {_WHERE}")
+    if not path.is_dir():
+        raise FileNotFoundError(f"{path}: not a folder; {_WHERE}")
+    if layout.is_complete(path) and layout.run_dir_of(path) is not None:
+        return path
+    if layout.step_of(path) is not None and layout.run_dir_of(path) is not None:
+        raise FileNotFoundError(f"{path}: not a complete checkpoint (no {layout.META}: an interrupted write); "
+                                f"pass another step folder or the run folder {layout.run_dir_of(path)}")
+    if (path / layout.CHECKPOINTS).is_dir() or (path / layout.CONFIG).is_file():
+        latest = layout.find_latest(path)
+        if latest is None:
+            raise FileNotFoundError(f"{path}: no complete checkpoint in {path / layout.CHECKPOINTS} (a step_N "
+                                    f"folder with {layout.META}); train until one is saved, then export")
+        return latest
+    raise FileNotFoundError(f"{path}: neither a checkpoint folder nor a run folder; {_WHERE}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="electra-export",
+        description="Export a checkpoint of a pre-training run in Hugging Face format: OUT/discriminator "
+                    "(ElectraForPreTraining) and OUT/generator (ElectraForMaskedLM), each with the run's "
+                    "tokenizer. Also: python -m electra.hf_export.")
+    p.add_argument("checkpoint", help="checkpoint folder RUN/checkpoints/step_N, or a run folder RUN "
+                                      "(its newest complete checkpoint)")
+    p.add_argument("--out", required=True, help="folder to write; an existing export there is replaced atomically")
+    args = p.parse_args(argv)
+    out = Path(args.out)
+    try:
+        if out.exists() and not out.is_dir():
+            raise FileExistsError(f"{out}: exists and is not a folder; choose another --out")
+        step_dir = resolve_checkpoint(args.checkpoint)
+        export_checkpoint(step_dir, out)
+    except (OSError, ValueError) as exc:  # a user error: one line (a bug keeps its traceback)
+        line = str(exc).replace("\n", " ")
+        print(f"electra-export: error: {line}", file=sys.stderr)
+        return 2
+    print(f"{step_dir} exported to {out} (discriminator/, generator/)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -40,7 +40,7 @@ where the network would otherwise drive it (the prior-probability initialisation
 classifier, Lin et al. 2017). The HF export carries the bias like any other weight. The prior
 fixes the start only: later, as the generator improves, the replaced share and with it the best
 constant logit drift, and at a high lr the discriminator can collapse again more slowly, so the
-CPU presets also keep the lr low (README, "ELECTRA vs MLM", has the measurements).
+CPU presets also keep the lr low (docs/electra-vs-mlm.md has the measurements).
 
 ``kind="mlm"`` is the BERT baseline (dynamic masking as above, no NSP): the discriminator-sized
 encoder is trained as a masked LM through ``mlm_head``, a generator-style head of discriminator

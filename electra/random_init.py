@@ -1,6 +1,6 @@
 """The "no pre-training" baseline: a randomly initialised model exported like a checkpoint.
 
-    python -m electra.random_init --config electra/configs/mini.json --data CORPUS --out DIR \
+    python -m electra.random_init --config mini --data CORPUS --out DIR \
         [--seed N] [--set section.key=value ...]
 
 writes ``DIR/discriminator`` and ``DIR/generator`` in Hugging Face format with the corpus tokenizer,
@@ -8,10 +8,11 @@ so ``python -m flows.evaluate --checkpoint DIR`` fine-tunes it exactly as it fin
 pre-trained export: same recipe, same heads, same code path. What pre-training buys is then the
 difference between the two rows, with nothing else changed.
 
-The weights are the trainer's own initialisation: the same config resolution (preset, ``--set``,
-the vocabulary size taken from the corpus) and the same seeding (``train.seed`` unless ``--seed``
-is given) before ``ElectraForPretraining`` and its objective are built (the objective sets the
-discriminator bias when the config asks for the prior). With the default seed the export therefore
+The weights are the trainer's own initialisation: its resolve phase (preset, ``--set``, the
+sequence length and vocabulary size taken from the corpus) and its build of the model and
+objective (``electra.pretrain_runner.build_objective``: the same seeding, ``train.seed`` unless
+``--seed`` is given; the objective sets the discriminator bias when the config asks for the
+prior). With the default seed the export therefore
 equals step 0 of a pre-training run of that config on that corpus, the exact starting point the
 pre-trained rows moved away from.
 """
@@ -24,58 +25,46 @@ import tempfile
 from pathlib import Path
 
 from common import storage
-from electra.config import ElectraConfig, load_config
-from electra.corpus import CorpusInfo, open_corpus
+from electra.pretrain_job import PretrainJob
+from electra.pretrain_plan import RunPlan, resolve
 from pipelines.schema import TOKENIZER_FILES
 
 log = logging.getLogger(__name__)
 
 
-def random_init_config(config: str | Path, corpus: str,
-                       overrides: list[str] | tuple[str, ...] = ()) -> tuple[ElectraConfig, CorpusInfo]:
-    """The config exactly as the trainer resolves it on ``corpus`` (``trainer.resolve_run_config``:
-    vocabulary size from the corpus, whose seq_len must match), and the opened corpus."""
-    from electra.distributed import effective_precision
-    from electra.trainer import resolve_run_config
-
-    requested = load_config(config, overrides)
-    info = open_corpus(corpus, seq_len=requested.data.seq_len)
-    cfg = resolve_run_config(requested, corpus_vocab_size=info.vocab_size,
-                             precision=effective_precision(requested.train.precision))
-    return cfg, info
+def random_init_plan(config: str | Path, corpus: str, out_dir: str | Path,
+                     overrides: list[str] | tuple[str, ...] = ()) -> RunPlan:
+    """The run plan exactly as the trainer resolves it on ``corpus`` for one rank
+    (``electra.pretrain_plan.resolve``: sequence length and vocabulary size from the corpus)."""
+    return resolve(PretrainJob(str(config), str(corpus), str(out_dir), list(overrides)), world_size=1)
 
 
 def export_random_init(config: str | Path, corpus: str, out_dir: str | Path, *, seed: int | None = None,
                        overrides: list[str] | tuple[str, ...] = ()) -> Path:
     """Build the model from ``seed`` (default ``train.seed``) and export it with the corpus tokenizer."""
     from electra.hf_export import export_hf
-    from electra.model import ElectraForPretraining
-    from electra.objective import ElectraObjective, SpecialTokens
-    from electra.trainer import seed_everything
+    from electra.pretrain_runner import build_objective
 
-    cfg, info = random_init_config(config, corpus, overrides)
-    seed = cfg.train.seed if seed is None else seed
-    seed_everything(seed)  # the trainer's own seeding, so the default seed gives its step 0
-    model = ElectraForPretraining(cfg.model)
-    # The objective owns part of the initialisation (the discriminator bias at the prior), as in
-    # the trainer, which builds it right after the model.
-    ElectraObjective(model, cfg.objective, SpecialTokens.from_manifest(info.manifest.tokenizer.special_tokens),
-                     cfg.data.seq_len)
+    extra = [f"train.seed={seed}"] if seed is not None else []
+    plan = random_init_plan(config, corpus, out_dir, [*overrides, *extra])
+    # The trainer's own build (seeding, model, objective, which owns part of the initialisation:
+    # the discriminator bias at the prior), so the default seed gives the run's step 0.
+    model = build_objective(plan).model
     with tempfile.TemporaryDirectory(prefix="tokenizer-") as tok:
         for name in TOKENIZER_FILES:  # by name: a remote corpus cannot be listed
             try:
-                data = storage.read_bytes(storage.join(info.tokenizer_uri, name))
-            except storage.StorageError:  # the optional files; tokenizer.json was read by open_corpus
+                data = storage.read_bytes(storage.join(plan.corpus.tokenizer_uri, name))
+            except storage.StorageError:  # the optional files; tokenizer.json was read by resolve
                 continue
             (Path(tok) / name).write_bytes(data)
-        export_hf(model, cfg.model, out_dir, tokenizer_dir=tok)
-    log.info("random initialisation (seed %d) of %s exported to %s", seed, config, out_dir)
+        export_hf(model, plan.cfg.model, out_dir, tokenizer_dir=tok)
+    log.info("random initialisation (seed %d) of %s exported to %s", plan.cfg.train.seed, config, out_dir)
     return Path(out_dir)
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m electra.random_init", description=__doc__.split("\n")[0])
-    p.add_argument("--config", required=True, help="preset or run config JSON (electra/configs/*.json)")
+    p.add_argument("--config", required=True, help="a preset by name (tiny, mini, small, base, large) or a config JSON")
     p.add_argument("--data", required=True, help="corpus location (its tokenizer and vocabulary size are used)")
     p.add_argument("--out", required=True, help="export folder to write (discriminator/, generator/)")
     p.add_argument("--seed", type=int, help="initialisation seed (default: train.seed, the trainer's step 0)")

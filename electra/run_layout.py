@@ -116,6 +116,8 @@ class CheckpointMeta:
     config_hash: str
     wall_time: float  # seconds of training so far (summed over restarts)
     world_size: int = 1
+    # The data position counts global steps: a resume needs the same global batch. 0: unknown.
+    global_batch_size: int = 0
     # What the data stream is a function of (seq_len, tokenizer, shard list): resume refuses a
     # corpus that differs in it. "" in checkpoints written before it existed.
     data_sha256: str = ""

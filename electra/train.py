@@ -1,13 +1,16 @@
-"""ELECTRA pre-training on DeepSpeed, streaming the corpus shards; resumes exactly.
+"""ELECTRA pre-training on DeepSpeed, streaming the corpus shards; resumes exactly, on any number of ranks.
 
-    deepspeed [--num_gpus N | --hostfile H] electra/train.py --config electra/configs/large.json \
-        --data CORPUS --out RUN_DIR [--max-steps N] [--save-every N] [--seed N] \
-        [--micro-batch N] [--set section.key=value ...]
+    deepspeed [--num_gpus N | --hostfile H] electra/train.py --config large --data CORPUS --out RUN_DIR \
+        [--max-steps N] [--save-every N] [--seed N] [--micro-batch N] [--set section.key=value ...]
     deepspeed [...] --module electra.train --config ...   # the same, as a module
-    python electra/train.py ...  |  python -m electra.train ...   # one process, the same code path
+    python -m electra.train ...  |  electra-train ...       # one process, the same code path
 
-This file is only the command line: arguments and ``main``. The run itself (config resolution,
-corpus, engine, steps, checkpoints, export) is ``electra.trainer``; see its docstring.
+``--config`` is a preset by name (``tiny``, ``mini``, ``small``, ``base``, ``large``; ``.json``
+optional) or a config file. This file is only the command line: the job it builds
+(``electra.pretrain_job``) goes through the runner's phases (``electra.pretrain_runner``).
+User errors (a bad key, a missing corpus, an impossible batch split, a refused resume) are
+found before any distributed start-up and printed as one line on stderr, by rank 0 only, with
+exit status 2; ``--debug`` shows the traceback instead.
 
 Run as a file, Python puts this file's folder (``electra/``) first on ``sys.path``, where the
 package's module names (``config``, ``data``, ``model``, ...) would shadow top-level modules of
@@ -24,37 +27,61 @@ if __package__ in (None, "") and sys.path and Path(sys.path[0] or ".").resolve()
 
 import argparse  # noqa: E402
 import logging  # noqa: E402
+import os  # noqa: E402
+
+from electra.pretrain_job import config_flags, job_from_args  # noqa: E402
 
 log = logging.getLogger("electra.train")
+PROG = "electra-train"
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="electra/train.py", description=__doc__.split("\n")[0])
-    p.add_argument("--config", required=True, help="preset or run config JSON (electra/configs/*.json)")
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n")[0])
+    p.add_argument("--config", required=True,
+                   help="a preset by name (tiny, mini, small, base, large) or a config JSON (path or URI)")
     p.add_argument("--data", required=True,
                    help="corpus location: a path or s3:// gs:// https:// URI (manifest.json, tokenizer/, shards/)")
     p.add_argument("--out", required=True,
                    help="run directory (local or shared filesystem); rerunning resumes from its latest checkpoint")
-    p.add_argument("--max-steps", type=int, help="train.max_steps")
-    p.add_argument("--save-every", type=int, help="train.save_every")
-    p.add_argument("--seed", type=int, help="train.seed")
-    p.add_argument("--micro-batch", type=int, help="train.micro_batch_size (per rank)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="any config field, e.g. optimizer.lr=1e-4 (repeatable)")
+                   help="any config field, e.g. optimizer.lr=1e-4 (repeatable; wins over the flags)")
+    p.add_argument("--debug", action="store_true", help="show the traceback of a user error")
     p.add_argument("--local_rank", type=int, default=-1, help="set by the deepspeed launcher")
-    return p.parse_args(argv)
+    config_flags(p)
+    return p
 
 
-def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    return build_parser().parse_args(argv)
+
+
+def user_errors() -> tuple[type[BaseException], ...]:
+    """What the resolve phase raises for a user's mistake (a key, a path, a corpus, a resume)."""
+    from common import storage
+    from electra.corpus import CorruptShardError
+
+    return (ValueError, FileNotFoundError, PermissionError, CorruptShardError, storage.StorageError)
+
+
+def main(argv: list[str] | None = None, *, hooks=None) -> int:
     args = parse_args(argv)  # --help and usage errors before the heavy imports
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from electra import distributed as D
-    from electra.trainer import Trainer
+    from electra.pretrain_runner import PretrainRunner
+    from electra.trainer import TrainHooks
 
-    trainer = Trainer(args)
-    trainer.run()
-    if trainer.rank0:
-        log.info("done: step %d, %d tokens, run dir %s", trainer.step, trainer.tokens_seen, trainer.run_dir)
+    runner = PretrainRunner(job=None, hooks=hooks or TrainHooks())
+    try:
+        runner.job = job_from_args(args)
+        runner.resolve()
+    except user_errors() as exc:
+        if args.debug:
+            raise
+        if os.environ.get("RANK", "0") == "0":  # every rank finds the same error: say it once
+            print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 2
+    for phase in ("prepare", "build", "train", "export"):
+        getattr(runner, phase)()
     D.shutdown()
     return 0
 

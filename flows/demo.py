@@ -40,9 +40,9 @@ TINY = "electra/configs/tiny.json"
 # the task's word classes are learned only after it leaves that plateau. Sentence-scale examples
 # (32 tokens, batch 64: the preset's tokens per step) keep each masked word's context mostly its
 # own sentence; a half-width generator and lr 2e-3 without dropout leave the plateau within about
-# 800 steps (README: the measured runs behind these choices).
+# 800 steps (docs/demo-notes.md: the measured runs behind these choices).
 SEQ_LEN = 32
-PRETRAIN = [f"data.seq_len={SEQ_LEN}", "train.global_batch_size=64", "train.micro_batch_size=64",
+PRETRAIN = ["train.global_batch_size=64", "train.micro_batch_size=64",
             "optimizer.lr=2e-3", "model.generator_fraction=0.5", "model.hidden_dropout=0.0",
             "model.attention_dropout=0.0"]
 # The paper's fine-tuning LR (3e-4 for Small) is for 14M+ parameter models; the demo's 2-layer,
@@ -58,7 +58,7 @@ def _run(cmd: list[str]) -> None:
     print(f"[demo] {cmd[1] if cmd[1] != '-m' else cmd[2]} took {time.monotonic() - start:.0f} s", flush=True)
 
 
-def _seed_scores(results: Path) -> list[float]:
+def seed_scores(results: Path) -> list[float]:
     """Dev accuracy (percent) of every fine-tuning seed, in seed order."""
     task = json.loads(results.read_text())["tasks"]["SST-2"]
     return [s["metrics"][task["primary"]] for s in sorted(task["seeds"], key=lambda s: s["seed"])]
@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         ev = out / "eval" / name.replace(" ", "_").replace("-", "_")
         _run([py, "-m", "flows.evaluate", "--checkpoint", str(checkpoint), "--glue-dir", str(glue),
               "--tasks", "SST-2", "--seeds", str(args.seeds), "--size", "small", *FINETUNE, "--out", str(ev)])
-        rows[name] = _seed_scores(ev / "results.json")
+        rows[name] = seed_scores(ev / "results.json")
     print(_table(rows))
     print(f"\ncorpus:  {out / 'corpus' / 'manifest.json'}\nrun:     {out / 'run'}\n"
           f"reports: {out / 'eval' / 'pre_trained' / 'report.html'}, {out / 'eval' / 'random_init' / 'report.html'}")

@@ -1,10 +1,13 @@
-"""Prefect flow ``pretrain``: launch the DeepSpeed trainer on a corpus, then (optionally) queue
-evaluation of the checkpoints it wrote.
+"""Prefect flow ``pretrain``: resolve the job, launch the DeepSpeed trainer on a corpus, then
+(optionally) queue evaluation of the checkpoints it wrote.
 
-The flow is thin by design: the trainer is the command ``deepspeed --module electra.train`` (or
-plain ``python -m electra.train`` for one process; ``electra/train.py`` as a file is the same
-entry), run as a subprocess so DeepSpeed's launcher owns its ranks exactly as on the command line. Rerunning the flow with the same ``out`` resumes from
-the run's ``latest`` checkpoint, which is the trainer's own behaviour.
+The flow only orders the pre-training runner's phases (``electra.pretrain_runner``): ``resolve``
+runs here, in the flow's process, so a bad key, a missing corpus or an impossible batch split
+fails the flow run in seconds with the runner's one-line message; the other phases run in the
+trainer command ``deepspeed --module electra.train`` (or plain ``python -m electra.train`` for
+one process), a subprocess so DeepSpeed's launcher owns its ranks exactly as on the command
+line. Rerunning the flow with the same ``out`` resumes from the run's ``latest`` checkpoint, on
+any number of ranks, which is the trainer's own behaviour.
 """
 from __future__ import annotations
 
@@ -40,6 +43,12 @@ def pretrain(config: str, data: str, out: str, num_gpus: int | None = None, host
              evaluate_glue_dir: str | None = None, evaluate_tasks: str = "") -> str:
     """Train (or resume) a run; returns the run directory."""
     logger = get_run_logger()
+    if hostfile is None:  # the world size is known here; with a hostfile the trainer resolves it
+        from electra.pretrain_job import PretrainJob
+        from electra.pretrain_plan import resolve
+
+        plan = resolve(PretrainJob(config, data, out, list(overrides or [])), world_size=num_gpus or 1)
+        logger.info("resolved: %s, corpus %s (seq_len %d), batch %s", config, data, plan.cfg.seq_len, plan.geometry)
     cmd = trainer_command(config=config, data=data, out=out, num_gpus=num_gpus, hostfile=hostfile,
                           max_steps=max_steps, overrides=overrides or [])
     logger.info("$ %s", " ".join(cmd))

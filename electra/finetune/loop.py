@@ -36,13 +36,14 @@ from __future__ import annotations
 
 import math
 import os
-import random
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
 import torch
+
+from electra.seeding import seed_everything  # noqa: F401  (re-exported for the fine-tuning modules)
 
 from ..hardware import cpu_features, native_bf16
 from .heads import FinetuneModel
@@ -56,12 +57,6 @@ def resolve_device(recipe: FinetuneRecipe) -> torch.device:
     if recipe.device == "cuda" or (recipe.device == "auto" and torch.cuda.is_available()):
         return torch.device("cuda")
     return torch.device("cpu")
-
-
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed % (2**32))
-    torch.manual_seed(seed)
 
 
 def load_tokenizer(model_dir: str | Path):

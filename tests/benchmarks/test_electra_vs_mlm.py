@@ -6,7 +6,7 @@ SST-2-format folder, one seed), then run again to check it resumes with nothing 
 budgets are recomputed from what the runs wrote (RUN/config.json and the final checkpoint's
 tokens_seen) with this file's own FLOPs arithmetic, the formula of electra/flops.py's docstring
 written out again, not the project's function. The same stream is checked on the sample keys
-the trainer logs under ELECTRA_DEBUG_KEYS: MLM's first steps are exactly ELECTRA's steps.
+each run's sample log (data.log_samples): MLM's first steps are exactly ELECTRA's steps.
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ import pytest
 
 from benchmarks.electra_vs_mlm import checkpoint_steps, eval_order
 from benchmarks.electra_vs_mlm_report import collect_row, write_report
-from electra.trainer import DEBUG_KEYS_ENV
+from electra.sample_log import read_sample_log
 from tests._procs import run_in_group
 from tests.electra._corpus import write_tiny_corpus
 
@@ -69,23 +69,21 @@ def smoke(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("evm")
     corpus = write_tiny_corpus(tmp / "corpus", seq_len=32, train_shards=(40, 40, 40, 40), validation_shards=(16,))
     _write_sst2(tmp / "glue")
-    keys = tmp / "keys"
-    keys.mkdir()
     out = tmp / "out"
     cmd = [sys.executable, "benchmarks/electra_vs_mlm.py", "--corpus", str(corpus), "--glue-dir", str(tmp / "glue"),
            "--out", str(out), "--preset", "tiny", "--electra-steps", str(ELECTRA_STEPS), "--checkpoints", "1",
            "--tasks", "SST-2", "--seeds", "1", "--max-train-examples", "64", "--ft-epochs", "1", "--ft-lr", "1e-3",
            "--ft-batch", "16", "--threads", "1",
            "--set", "data.seq_len=32", "--set", "model.max_position_embeddings=64", "--set", "train.log_every=5",
-           "--set", "data.shuffle_buffer=16", "--set", "data.num_workers=1",
+           "--set", "data.shuffle_buffer=16", "--set", "data.num_workers=1", "--set", "data.log_samples=true",
            "--set", "train.global_batch_size=8", "--set", "train.micro_batch_size=8"]
     import os
-    env = {**os.environ, "PYTHONPATH": str(REPO), DEBUG_KEYS_ENV: str(keys), "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
     p = run_in_group(cmd, cwd=str(REPO), env=env, timeout=600)
     assert p.returncode == 0, p.output[-4000:]
     again = run_in_group(cmd, cwd=str(REPO), env=env, timeout=600)  # resumable: nothing left to do
     assert again.returncode == 0, again.output[-4000:]
-    return out, keys, again.output
+    return out, again.output
 
 
 def _final(run_dir: Path) -> tuple[dict, dict]:
@@ -95,7 +93,7 @@ def _final(run_dir: Path) -> tuple[dict, dict]:
 
 
 def test_equal_flops_budgets_same_stream(smoke):
-    out, keys, _ = smoke
+    out, _ = smoke
     (ce, me), (cm, mm) = _final(out / "runs" / "electra"), _final(out / "runs" / "mlm")
     assert ce["objective"]["kind"] == "electra" and cm["objective"]["kind"] == "mlm"
     fe, fm = _flops_per_token(ce), _flops_per_token(cm)
@@ -112,13 +110,11 @@ def test_equal_flops_budgets_same_stream(smoke):
     assert ce["train"]["seed"] == cm["train"]["seed"]
     assert ce["train"]["global_batch_size"] == cm["train"]["global_batch_size"]
     assert ce["model"] == cm["model"]
-    # the same stream: ELECTRA's run (all stages) logged first, then MLM's; steps restart at 1
-    lines = [ln.split("\t") for ln in (keys / "keys_rank0.txt").read_text().splitlines()]
-    starts = [i for i, (step, _) in enumerate(lines) if step == "1" and (i == 0 or lines[i - 1][0] != "1")]
-    assert len(starts) == 2
-    electra, mlm = lines[:starts[1]], lines[starts[1]:]
-    assert int(electra[-1][0]) == ELECTRA_STEPS and int(mlm[-1][0]) == mm["step"]
-    assert electra == mlm[:len(electra)]
+    # the same stream: each run's sample log; MLM's first steps are ELECTRA's steps
+    electra, mlm = (read_sample_log(out / "runs" / kind, 0) for kind in ("electra", "mlm"))
+    assert sorted(electra) == list(range(1, ELECTRA_STEPS + 1)) and sorted(mlm) == list(range(1, mm["step"] + 1))
+    assert all(len(electra[s]) == ce["train"]["global_batch_size"] for s in electra)
+    assert electra == {s: mlm[s] for s in electra}
     for kind, n in (("electra", me["step"]), ("mlm", mm["step"])):
         got = sorted(int(p.parent.name[5:]) for p in (out / "runs" / kind / "checkpoints").glob("step_*/meta.json"))
         assert got == [n]
@@ -130,7 +126,7 @@ def test_checkpoints_at_the_same_budget_fractions():
 
 
 def test_report_rows_and_resume(smoke):
-    out, keys, rerun_output = smoke
+    out, rerun_output = smoke
     assert "$ " not in rerun_output  # the rerun started no trainer and no evaluation
     res = json.loads((out / "results.json").read_text())
     rows = {(r["objective"], r["step"]): r for r in res["rows"]}

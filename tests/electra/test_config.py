@@ -26,13 +26,16 @@ def test_paper_values_in_presets():
     assert (small.model.num_layers, small.model.hidden_size, small.model.num_heads,
             small.model.intermediate_size, small.model.embedding_size) == (12, 256, 4, 1024, 128)
     assert small.optimizer.lr == 5e-4 and small.optimizer.total_steps == 1_000_000
-    assert small.train.global_batch_size == 128 and small.data.seq_len == 128
+    assert small.train.global_batch_size == 128
+    # seq_len is the corpus's (build-corpus --seq-len: 128 for Small, 512 for Base and Large)
+    assert small.data.seq_len is base.data.seq_len is large.data.seq_len is None
     assert base.model.generator_sizes() == (256, 4, 1024) and base.optimizer.lr == 2e-4
-    assert base.optimizer.total_steps == 766_000 and base.data.seq_len == 512
+    assert base.optimizer.total_steps == 766_000
     assert large.objective.mask_prob == 0.25 and large.model.num_layers == 24
     assert large.train.global_batch_size == 2048 and large.optimizer.total_steps == 400_000
     # max_predictions = int((mask_prob + 0.005) * seq_len): 19 / 79 / 130 (reference §2).
-    assert (small.max_predictions, base.max_predictions, large.max_predictions) == (19, 79, 130)
+    assert (small.objective.max_predictions_for(128), base.objective.max_predictions_for(512),
+            large.objective.max_predictions_for(512)) == (19, 79, 130)
     for c in (small, base, large):
         o = c.optimizer
         assert (o.beta1, o.beta2, o.eps, o.bias_correction, o.weight_decay, o.warmup_steps, o.grad_clip) == \
@@ -114,5 +117,23 @@ def test_load_config_from_a_uri_names_the_file(tmp_path):
     path = tmp_path / "run.json"
     path.write_text(json.dumps({"train": {"seed": 5}}))
     assert load_config(f"file://{path}").train.seed == 5
-    with pytest.raises(ConfigError, match=rf"{tmp_path}/missing.json: cannot read config"):
+    with pytest.raises(ConfigError, match=rf"{tmp_path}/missing.json: no such file and no such preset"):
         load_config(f"file://{tmp_path}/missing.json")
+
+
+@pytest.mark.parametrize("given", ["large", "large.json", "electra/configs/large.json"])
+def test_presets_by_name(given, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # not the repository: the relative path does not exist here
+    assert load_config(given) == load_config(PRESETS / "large.json")
+
+
+def test_a_file_wins_over_a_preset_and_a_bad_name_lists_the_presets(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "large.json").write_text(json.dumps({"train": {"seed": 7}}))
+    assert load_config("large.json").train.seed == 7  # the user's file in the current folder
+    with pytest.raises(ConfigError) as err:
+        load_config("huge")
+    assert str(err.value) == ("--config huge: no such file and no such preset; presets: base, large, mini, small, "
+                              "tiny (or give a path to a config JSON)")
+    with pytest.raises(ConfigError, match="no such file and no such preset"):
+        load_config(tmp_path / "elsewhere" / "small.json")  # a mistyped path never becomes a preset

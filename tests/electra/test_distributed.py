@@ -26,12 +26,27 @@ def test_a_killed_builds_lock_file_does_not_block_the_next_start(tmp_path):
         shutil.copytree(built, target, ignore=shutil.ignore_patterns("lock", "*.flock"))
     target.mkdir(parents=True, exist_ok=True)
     (target / "lock").touch()
-    code = ("import logging\nlogging.basicConfig()\nfrom electra.distributed import init_distributed, shutdown\n"
-            "info = init_distributed()\nprint('rank', info.rank, 'of', info.world_size)\nshutdown()\n")
+    # The guarded build itself (a multi-rank CPU start calls it; one process skips the op).
+    code = ("import logging\nlogging.basicConfig()\nfrom electra.distributed import build_shm_op_safely\n"
+            "build_shm_op_safely()\nprint('built')\n")
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
     p = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=420,
                        env={**env, "TORCH_EXTENSIONS_DIR": str(root), "PYTHONPATH": str(REPO)})
     assert p.returncode == 0, p.stderr[-3000:]
-    assert "rank 0 of 1" in p.stdout
+    assert "built" in p.stdout
     assert "removing the lock file a killed build left" in p.stderr
     assert not (target / "lock").exists()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the shared-memory op is DeepSpeed's CPU backend")
+def test_one_cpu_process_neither_builds_nor_loads_the_shm_op(tmp_path):
+    # An empty extensions folder: a build or a load would create the op's folder in it.
+    code = ("from electra.distributed import init_distributed, shutdown\n"
+            "info = init_distributed()\nprint('rank', info.rank, 'of', info.world_size)\nshutdown()\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    p = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300,
+                       env={**env, "TORCH_EXTENSIONS_DIR": str(tmp_path / "ext"), "PYTHONPATH": str(REPO)})
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "rank 0 of 1" in p.stdout
+    assert not (tmp_path / "ext").exists() or not any((tmp_path / "ext").iterdir())
+    assert "built successfully" not in p.stdout + p.stderr

@@ -40,7 +40,7 @@ def test_flops_match_a_count_of_the_models_matmuls(model_kw):
 def test_mlm_objective_counts_only_the_discriminator_and_its_head():
     cfg = ElectraConfig(model=ModelConfig(vocab_size=100, embedding_size=16, hidden_size=64, num_layers=2,
                                           num_heads=2, intermediate_size=128),
-                        objective=ObjectiveConfig(kind="mlm"))
+                        objective=ObjectiveConfig(kind="mlm"), data=DataConfig(seq_len=128))
     model = ElectraForPretraining(cfg.model)
     t = cfg.data.seq_len
     want = 2 * (linear_weights(model.discriminator) + 2 * t * 64 * 2 + 0.15 * (64 * 16 + 16 * 100))
@@ -48,12 +48,12 @@ def test_mlm_objective_counts_only_the_discriminator_and_its_head():
 
 
 def test_electra_small_figure():
-    cfg = load_config(PRESETS / "small.json")
+    cfg = load_config(PRESETS / "small.json", ["data.seq_len=128"])  # the paper's corpus lengths
     # Discriminator ~ 2 x 13.3M matmul weights + attention; generator ~ 1/16 of that; LM head at 15 %.
     assert 60e6 < training_flops_per_token(cfg) < 80e6
     # The whole Small run (1M steps x 128 x 128 tokens): paper table 1 quotes 1.4e18 FLOPs, counting
     # some non-matmul work too; the matmul-only figure is ~1.15e18.
     run = training_flops_per_token(cfg) * 1_000_000 * 128 * 128
     assert 1.0e18 < run < 1.4e18
-    base = load_config(PRESETS / "base.json")  # ~8x the parameters, 4x the attention span
+    base = load_config(PRESETS / "base.json", ["data.seq_len=512"])  # ~8x the parameters, 4x the attention span
     assert 8 < training_flops_per_token(base) / training_flops_per_token(cfg) < 12

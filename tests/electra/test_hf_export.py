@@ -2,13 +2,20 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
-from electra.config import ModelConfig
-from electra.hf_export import encoder_from_hf, encoder_to_hf, export_hf, import_hf, load_discriminator_encoder
+from electra import run_layout as layout
+from electra.config import ElectraConfig, ModelConfig
+from electra.hf_export import (encoder_from_hf, encoder_to_hf, export_hf, import_hf, load_discriminator_encoder,
+                               main)
 from electra.model import ElectraForPretraining
 from pipelines.config import TokenizerConfig
 from synthetic.prose import documents
@@ -92,8 +99,11 @@ def test_layout_configs_and_shared_embeddings_in_both(tmp_path):
         assert torch.equal(state["electra.embeddings.LayerNorm.weight"], model.embeddings.LayerNorm.weight)
         assert torch.equal(state["electra.embeddings.word_embeddings.weight"],
                            model.embeddings.word_embeddings.weight)
-        for name in ("tokenizer.json", "vocab.txt", "tokenizer_config.json"):
+        for name in ("tokenizer.json", "vocab.txt"):
             assert (folder / name).read_bytes() == (tok / name).read_bytes()
+        # The corpus tokenizer's config, with the length the model can take (not the generic 512).
+        want = {**json.loads((tok / "tokenizer_config.json").read_text()), "model_max_length": 40}
+        assert json.loads((folder / "tokenizer_config.json").read_text()) == want
     assert not list(tmp_path.glob(".hf.*"))  # no temporary folders left behind
     with pytest.raises(FileNotFoundError, match="no tokenizer.json"):
         export_hf(model, cfg, tmp_path / "hf2", tokenizer_dir=tmp_path)
@@ -189,3 +199,122 @@ def test_import_errors_name_the_file(tmp_path):
     (tmp_path / "hf" / "generator" / "model.safetensors").unlink()
     with pytest.raises(FileNotFoundError, match="generator/model.safetensors"):
         import_hf(tmp_path / "hf")
+
+
+# ------------------------------------------------------------------------------ fits its model
+def long_text(words: int = 1500) -> str:
+    text = " ".join(documents(60, seed=5))
+    return " ".join(text.split()[:words])
+
+
+@pytest.mark.parametrize("kind", ["wordpiece", "unigram"])
+def test_exported_tokenizer_truncates_to_the_models_positions(tmp_path, kind):
+    """``tokenizer(text, truncation=True)`` on the export gives at most max_position_embeddings
+    tokens (a 128-position model once got 400 and crashed), and the exported models run on it."""
+    cfg = ModelConfig(**{**CONFIGS["projected"], "max_position_embeddings": 128})
+    tok = tmp_path / "tok"
+    train_tokenizer(documents(40, seed=2), TokenizerConfig(kind=kind, vocab_size=60), str(tok))
+    export_hf(perturbed(cfg), cfg, tmp_path / "hf", tokenizer_dir=tok)
+    text = long_text()
+    for sub, cls in (("discriminator", transformers.ElectraForPreTraining),
+                     ("generator", transformers.ElectraForMaskedLM)):
+        folder = tmp_path / "hf" / sub
+        assert json.loads((folder / "tokenizer_config.json").read_text())["model_max_length"] == 128
+        hf_tok = transformers.AutoTokenizer.from_pretrained(folder)
+        assert hf_tok.model_max_length == 128
+        assert len(hf_tok(text)["input_ids"]) > 128  # the text is longer than the model
+        single = hf_tok(text, truncation=True, return_tensors="pt")
+        pair = hf_tok(text, text, truncation=True, return_tensors="pt")
+        padded = hf_tok("a short one", padding="max_length", return_tensors="pt")
+        assert single["input_ids"].shape[1] == pair["input_ids"].shape[1] == padded["input_ids"].shape[1] == 128
+        model = cls.from_pretrained(folder).eval()
+        with torch.no_grad():
+            for enc in (single, pair, padded):
+                logits = model(**enc).logits
+                assert logits.shape[1] == 128 and torch.isfinite(logits).all()
+
+
+def test_exports_are_readable_as_the_umask_says(tmp_path):
+    cfg = ModelConfig(**CONFIGS["same_size"])
+    tok = tmp_path / "tok"
+    train_tokenizer(documents(40, seed=2), TokenizerConfig(vocab_size=60), str(tok))
+    old = os.umask(0o027)
+    try:
+        out = export_hf(perturbed(cfg), cfg, tmp_path / "hf", tokenizer_dir=tok)
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(out.stat().st_mode) == 0o750
+    for path in out.rglob("*"):
+        assert stat.S_IMODE(path.stat().st_mode) == (0o750 if path.is_dir() else 0o640), path
+
+
+# ------------------------------------------------------------------------------ the command
+def fake_run(root: Path, cfg: ModelConfig, model: ElectraForPretraining, *, step: int = 2) -> Path:
+    """A run folder as the trainer leaves it, as far as the export reads it: ``config.json``, the
+    tokenizer copy, and one complete checkpoint whose DeepSpeed model states hold the wrapped
+    objective's module (``model.*`` keys, fp32; what ``checkpoint_state_dict`` reads without ZeRO)."""
+    run = root / "run"
+    run.mkdir(parents=True)
+    (run / layout.CONFIG).write_text(json.dumps(ElectraConfig(model=cfg).to_dict()))
+    train_tokenizer(documents(40, seed=2), TokenizerConfig(vocab_size=60), str(run / layout.TOKENIZER))
+    step_dir = layout.step_dir(run, step)
+    step_dir.mkdir(parents=True)
+    torch.save({"module": {f"model.{k}": v.clone() for k, v in model.state_dict().items()}},
+               step_dir / "mp_rank_00_model_states.pt")
+    (step_dir / layout.META).write_text(json.dumps({"step": step}))
+    return run
+
+
+def test_electra_export_command_exports_a_checkpoint(tmp_path):
+    """``python -m electra.hf_export`` (the ``electra-export`` console script runs the same main)
+    exports a step folder, or a run folder's newest checkpoint, that transformers loads."""
+    cfg = ModelConfig(**{**CONFIGS["projected"], "max_position_embeddings": 64})
+    model = perturbed(cfg)
+    run = fake_run(tmp_path, cfg, model)
+    step_dir = layout.step_dir(run, 2)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    script = Path(sys.executable).parent / "electra-export"  # installed by pip install -e .
+    assert script.is_file(), f"{script}: the console script is not installed (pip install -e .)"
+    for cmd, source, out in (([sys.executable, "-m", "electra.hf_export"], step_dir, tmp_path / "a"),
+                             ([str(script)], run, tmp_path / "b")):
+        proc = subprocess.run([*cmd, str(source), "--out", str(out)], capture_output=True, text=True,
+                              cwd=tmp_path, env=env, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert f"{step_dir} exported to {out}" in proc.stdout
+        disc = transformers.ElectraForPreTraining.from_pretrained(out / "discriminator").eval()
+        ids, seg, mask = inputs()
+        with torch.no_grad():
+            assert torch.allclose(disc(input_ids=ids, token_type_ids=seg, attention_mask=mask).logits[mask.bool()],
+                                  model.discriminator_logits(ids, seg, mask)[mask.bool()], atol=1e-5)
+        hf_tok = transformers.AutoTokenizer.from_pretrained(out / "generator")
+        assert len(hf_tok(long_text(), truncation=True)["input_ids"]) == 64
+
+
+def test_electra_export_errors_are_one_line(tmp_path, capsys):
+    cfg = ModelConfig(**CONFIGS["same_size"])
+    run = fake_run(tmp_path, cfg, perturbed(cfg))
+    (tmp_path / "file").write_text("")
+    cases = {
+        str(tmp_path / "nope"): [f"{tmp_path / 'nope'}: no such folder", "RUN/checkpoints/step_N"],
+        str(tmp_path): [f"{tmp_path}: neither a checkpoint folder nor a run folder"],
+        str(tmp_path / "file"): ["not a folder"],
+    }
+    incomplete = layout.step_dir(run, 4)
+    incomplete.mkdir()
+    cases[str(incomplete)] = [f"{incomplete}: not a complete checkpoint", f"the run folder {run}"]
+    for arg, parts in cases.items():
+        assert main([arg, "--out", str(tmp_path / "out")]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith("electra-export: error: "), err
+        for part in parts:
+            assert part in err, err
+    (layout.step_dir(run, 2) / layout.META).unlink()
+    assert main([str(run), "--out", str(tmp_path / "out")]) == 2
+    assert "no complete checkpoint in" in capsys.readouterr().err
+    (layout.step_dir(run, 2) / layout.META).write_text("{}")
+    (run / layout.CONFIG).unlink()
+    assert main([str(run), "--out", str(tmp_path / "out")]) == 2
+    assert f"{run / layout.CONFIG}: missing" in capsys.readouterr().err
+    assert main([str(run), "--out", str(tmp_path / "file")]) == 2
+    assert "exists and is not a folder" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

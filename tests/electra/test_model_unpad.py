@@ -12,7 +12,7 @@ import copy
 import pytest
 import torch
 
-from electra.config import ElectraConfig, ModelConfig, ObjectiveConfig
+from electra.config import DataConfig, ElectraConfig, ModelConfig, ObjectiveConfig
 from electra.flops import training_flops_per_token
 from electra.model import ElectraForPretraining
 from electra.unpadding import jagged_attention, repadded_attention, unpad_layout
@@ -220,7 +220,7 @@ def test_cuda_unpadded_matches_padded():
 
 
 def test_flops_attention_term_follows_the_real_lengths():
-    cfg = ElectraConfig(model=tiny())
+    cfg = ElectraConfig(model=tiny(), data=DataConfig(seq_len=128))
     t, h, g = cfg.data.seq_len, cfg.model.hidden_size, cfg.model.generator_sizes().hidden_size
     assert training_flops_per_token(cfg, attention_len=t) == training_flops_per_token(cfg)
     # 4 x len x width per layer and encoder, x 3 for training

@@ -32,23 +32,29 @@ def bf16_run(tmp_path_factory):
     """A 2-step bf16 run (accumulation 2); RNG snapshots around an evaluation before training."""
     from electra import distributed as D
     from electra.train import parse_args
-    from electra.trainer import Trainer
+    from electra.pretrain_job import job_from_args
+    from electra.pretrain_runner import PretrainRunner
 
     tmp = tmp_path_factory.mktemp("bf16")
-    data = write_tiny_corpus(tmp / "c", seq_len=32, train_shards=(9, 7), validation_shards=(6,))
+    # 11 validation examples: one global batch of 8 to evaluate on
+    data = write_tiny_corpus(tmp / "c", seq_len=32, train_shards=(9, 7), validation_shards=(6, 5))
     saved_env = dict(os.environ)
     os.environ[FORCE_BF16_ENV] = "1"
     try:
-        trainer = Trainer(parse_args([
+        runner = PretrainRunner(job_from_args(parse_args([
             "--config", "electra/configs/tiny.json", "--data", str(data), "--out", str(tmp / "run"),
             "--max-steps", "2", "--micro-batch", "4", "--set", "train.global_batch_size=8",
             "--set", "data.seq_len=32", "--set", "model.max_position_embeddings=64", "--set", "data.num_workers=0",
             "--set", "train.precision=bf16", "--set", "deepspeed.zero_optimization.stage=1",
-            "--set", "train.eval_every=0", "--set", "optimizer.lr=0.01", "--set", "optimizer.warmup_steps=0"]))
+            "--set", "train.eval_every=0", "--set", "optimizer.lr=0.01", "--set", "optimizer.warmup_steps=0"])))
+        runner.resolve()
+        runner.prepare()
+        trainer = runner.build()
         before = ck.rng_state()
-        trainer.evaluate()
+        assert trainer.evaluate() is not None  # an evaluation ran (drew masks under its own seed)
         after = ck.rng_state()
-        trainer.run()
+        runner.train()
+        runner.export()
         masters = trainer.fp32_model().state_dict()
         module = {k: v.detach().clone() for k, v in trainer.engine.module.model.state_dict().items()}
         yield {"trainer": trainer, "before": before, "after": after, "masters": masters, "module": module,

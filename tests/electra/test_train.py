@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-from collections import defaultdict
 from pathlib import Path
 
 import pytest
@@ -19,8 +18,8 @@ from electra import run_layout as layout
 from electra.deepspeed_states import checkpoint_state_dict
 from electra.distributed import free_port
 from electra.hf_export import export_checkpoint
+from electra.sample_log import read_sample_log
 from electra.train import parse_args
-from electra.trainer import DEBUG_KEYS_ENV, KILL_AFTER_STEP_ENV, KILL_IN_CHECKPOINT_ENV, Trainer
 from tests.electra._corpus import TOKENIZER_PATH, shard_path, upload_corpus, write_tiny_corpus
 
 REPO = Path(__file__).resolve().parents[2]
@@ -35,8 +34,11 @@ def env(**extra):
     return {**e, **{k: str(v) for k, v in extra.items()}}
 
 
-def train_cmd(data, out, *extra, launcher=None):
-    prog = [str(VENV_BIN / "deepspeed"), *launcher, "electra/train.py"] if launcher else [sys.executable, "electra/train.py"]
+def train_cmd(data, out, *extra, launcher=None, kill_after_step=None, kill_in_checkpoint=None):
+    hooks = [*(["--kill-after-step", str(kill_after_step)] if kill_after_step else []),
+             *(["--kill-in-checkpoint", str(kill_in_checkpoint)] if kill_in_checkpoint else [])]
+    script = ["tests/electra/_train_with_hooks.py", *hooks] if hooks else ["electra/train.py"]
+    prog = [str(VENV_BIN / "deepspeed"), *launcher, *script] if launcher else [sys.executable, *script]
     return [*prog, *COMMON, "--data", str(data), "--out", str(out), *extra]
 
 
@@ -60,12 +62,6 @@ SINGLE = ["--max-steps", "8", "--save-every", "2", "--micro-batch", "4", "--seed
 
 
 @pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-    return write_tiny_corpus(tmp_path_factory.mktemp("corpus"), seq_len=32, train_shards=(9, 7, 5, 11, 3),
-                             validation_shards=(6, 5))
-
-
-@pytest.fixture(scope="module")
 def baseline(corpus, tmp_path_factory):
     out = tmp_path_factory.mktemp("baseline")
     p = run(train_cmd(corpus, out, *SINGLE))
@@ -77,7 +73,8 @@ def test_cli_surface_is_frozen():
     a = parse_args(["--config", "c", "--data", "d", "--out", "o", "--max-steps", "3", "--save-every", "2",
                     "--seed", "5", "--micro-batch", "4", "--set", "optimizer.lr=1", "--set", "a.b=2",
                     "--local_rank", "0"])
-    assert (a.max_steps, a.save_every, a.seed, a.micro_batch, a.set, a.local_rank) == (3, 2, 5, 4, ["optimizer.lr=1", "a.b=2"], 0)
+    got = [getattr(a, f"train.{k}") for k in ("max_steps", "save_every", "seed", "micro_batch_size")]
+    assert (got, a.set, a.local_rank) == ([3, 2, 5, 4], ["optimizer.lr=1", "a.b=2"], 0)
 
 
 def test_baseline_run_layout_and_metrics(baseline):
@@ -96,7 +93,8 @@ def test_baseline_run_layout_and_metrics(baseline):
     assert steps == ["step_00000004", "step_00000006", "step_00000008"]  # keep_last 3
     meta = layout.CheckpointMeta.read(baseline / "checkpoints" / "step_00000008")
     assert meta.step == 8 and meta.tokens_seen == sum(r["tokens"] for r in records(baseline))
-    assert meta.data_position == {"epoch": 2, "batch": 0}  # 35 examples -> 8 batches of 4 per epoch
+    # 35 examples, global batch 8 from 8 streams of 4 examples: 4 steps per epoch, 3 left over
+    assert meta.data_position == {"epoch": 2, "step": 0} and meta.global_batch_size == 8
     assert (baseline / "tensorboard").is_dir() and any((baseline / "tensorboard").iterdir())
 
 
@@ -106,7 +104,7 @@ def test_sigkill_at_random_step_resumes_bitwise(corpus, baseline, tmp_path):
     # killed run's logged step 5 is dropped and redone.
     kill_after = 5
     out = tmp_path / "run"
-    p = run(train_cmd(corpus, out, *SINGLE), **{KILL_AFTER_STEP_ENV: kill_after})
+    p = run(train_cmd(corpus, out, *SINGLE, kill_after_step=kill_after))
     assert p.returncode == -signal.SIGKILL
     assert [r["step"] for r in records(out)] == list(range(1, kill_after + 1))
     p = run(train_cmd(corpus, out, *SINGLE))
@@ -118,7 +116,7 @@ def test_sigkill_at_random_step_resumes_bitwise(corpus, baseline, tmp_path):
 
 def test_kill_during_checkpoint_write_keeps_previous(corpus, baseline, tmp_path):
     out = tmp_path / "run"
-    p = run(train_cmd(corpus, out, *SINGLE), **{KILL_IN_CHECKPOINT_ENV: 6})
+    p = run(train_cmd(corpus, out, *SINGLE, kill_in_checkpoint=6))
     assert p.returncode != 0  # SIGKILLed inside save_checkpoint, after DeepSpeed wrote its files
     partial = out / "checkpoints" / "step_00000006"
     assert partial.is_dir() and any(partial.glob("*.pt")) and not (partial / layout.META).exists()
@@ -163,17 +161,9 @@ def test_corpus_streamed_from_s3_trains_exactly_as_the_local_copy(corpus, baseli
     assert (out / "hf" / "discriminator" / "tokenizer.json").read_bytes() == tokenizer  # ... exported
 
 
-def test_missing_corpus_or_remote_run_dir_fail_before_training(s3_server, tmp_path):
-    p = run(train_cmd(f"{s3_server.bucket()}/nothing-here", tmp_path / "run", "--max-steps", "1"))
-    assert p.returncode != 0 and "/nothing-here/manifest.json: no manifest" in p.stderr
-    assert not (tmp_path / "run" / "metrics.jsonl").exists()
-    with pytest.raises(ValueError, match="--out s3://b/run: the run directory must be a local"):
-        Trainer(parse_args(["--config", "c", "--data", "d", "--out", "s3://b/run"]))
-
-
 TWO_RANK_FLAGS = ["--micro-batch", "2", "--save-every", "3", "--set", "train.global_batch_size=8", "--set",
                   "train.eval_every=0", "--set", "deepspeed.zero_optimization.stage=2", "--set",
-                  "data.skip_corrupt=true", "--set", "optimizer.lr=0.003"]
+                  "data.skip_corrupt=true", "--set", "optimizer.lr=0.003", "--set", "data.log_samples=true"]
 
 
 def two_rank_cmd(data, out, max_steps):
@@ -189,26 +179,25 @@ def two_rank_run(tmp_path_factory):
     data = write_tiny_corpus(tmp / "c", seq_len=32, train_shards=(9, 7, 5, 11, 3, 4), validation_shards=(6,))
     bad = shard_path(data, "train", 5)
     bad.write_bytes(bad.read_bytes()[:2000])
-    keys_dir, out = tmp / "keys", tmp / "run"
-    keys_dir.mkdir()
-    p = run(two_rank_cmd(data, out, 6), **{DEBUG_KEYS_ENV: keys_dir})
+    out = tmp / "run"
+    p = run(two_rank_cmd(data, out, 6))
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    return data, out, keys_dir
+    return data, out
+
+
+def rank_keys(out, steps):
+    logs = [read_sample_log(out, r) for r in (0, 1)]
+    return [[k for s in steps for k in log[s]] for log in logs]
 
 
 def test_two_ranks_zero2_disjoint_equal_loss_falls(two_rank_run):
-    _, out, keys_dir = two_rank_run
-    # 35 // 2 = 17 per rank -> 8 micro batches of 2 per epoch = 4 steps (accum 2 on 2 ranks)
-    seen = {r: defaultdict(list) for r in (0, 1)}
-    for r in (0, 1):
-        for line in (keys_dir / f"keys_rank{r}.txt").read_text().splitlines():
-            step, key = line.split("\t")
-            seen[r][(int(step) - 1) // 4].append(key)
-    for epoch in (0, 1):
-        a, b = seen[0][epoch], seen[1][epoch]
-        assert len(a) == len(b) == (16 if epoch == 0 else 8)  # equal steps on both ranks
+    _, out = two_rank_run
+    # 35 examples in 8 streams of 4: 4 global steps of 8 per epoch, 4 examples per rank per step
+    for steps, n in (((1, 2, 3, 4), 16), ((5, 6), 8)):
+        a, b = rank_keys(out, steps)
+        assert len(a) == len(b) == n  # equal steps on both ranks
         assert len(set(a) | set(b)) == len(a) + len(b)  # disjoint ranks, no duplicate in the epoch
-    losses = [r["loss"] for r in records(out)]
+    losses = [r["gen_loss"] for r in records(out)]  # the generator's MLM loss falls from the first steps
     assert len(losses) == 6 and sum(losses[-2:]) < sum(losses[:2]), losses
     data_rec = records(out, "data")[0]
     assert data_rec["skipped_count"] == 1 and data_rec["skipped_shards"][0].endswith("train-000005.tar")
@@ -216,52 +205,50 @@ def test_two_ranks_zero2_disjoint_equal_loss_falls(two_rank_run):
     assert {f.name for f in ckpt.glob("zero_pp_rank_*")} == {"zero_pp_rank_0_mp_rank_00_optim_states.pt",
                                                             "zero_pp_rank_1_mp_rank_00_optim_states.pt"}
     assert {f.name for f in ckpt.glob("rng_rank*.json")} == {"rng_rank0.json", "rng_rank1.json"}
-    assert layout.CheckpointMeta.read(ckpt).data_position == {"epoch": 1, "batch": 4}
+    assert layout.CheckpointMeta.read(ckpt).data_position == {"epoch": 1, "step": 2}
 
 
 @pytest.mark.slow
 def test_two_ranks_rerun_resumes_from_latest(two_rank_run):
-    data, out, keys_dir = two_rank_run
-    p = run(two_rank_cmd(data, out, 8), **{DEBUG_KEYS_ENV: keys_dir})
+    data, out = two_rank_run
+    p = run(two_rank_cmd(data, out, 8))
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     assert "resumed from" in p.stdout + p.stderr and "step_00000006 (step 6" in p.stdout + p.stderr
     assert [r["step"] for r in records(out)] == list(range(1, 9))
-    assert layout.CheckpointMeta.read(layout.find_latest(out)).data_position == {"epoch": 2, "batch": 0}
+    assert layout.CheckpointMeta.read(layout.find_latest(out)).data_position == {"epoch": 2, "step": 0}
     # the resumed steps read the rest of epoch 1: still disjoint from what ranks read before
-    for epoch_steps in ((5, 6, 7, 8),):
-        keys = [line.split("\t")[1] for r in (0, 1)
-                for line in (keys_dir / f"keys_rank{r}.txt").read_text().splitlines()
-                if int(line.split("\t")[0]) in epoch_steps]
-        assert len(keys) == 32 and len(set(keys)) == 32
+    a, b = rank_keys(out, (5, 6, 7, 8))
+    assert len(a) + len(b) == 32 and len(set(a) | set(b)) == 32
 
 
 def test_run_config_is_resolved_once_into_a_new_frozen_config():
     import dataclasses
 
     from electra.config import load_config
-    from electra.trainer import resolve_run_config
+    from electra.pretrain_plan import resolve_run_config
 
     requested = load_config(REPO / "electra/configs/small.json", ["train.precision=bf16"])
-    resolved = resolve_run_config(requested, corpus_vocab_size=200, precision="fp32")
-    assert (resolved.model.vocab_size, resolved.train.precision) == (200, "fp32")
-    assert (requested.model.vocab_size, requested.train.precision) == (30522, "bf16")  # untouched
+    resolved = resolve_run_config(requested, corpus_seq_len=64, corpus_vocab_size=200, precision="fp32")
+    assert (resolved.model.vocab_size, resolved.train.precision, resolved.data.seq_len) == (200, "fp32", 64)
+    assert (requested.model.vocab_size, requested.train.precision, requested.data.seq_len) == (30522, "bf16", None)
     want = requested.to_dict()
-    want["model"]["vocab_size"], want["train"]["precision"] = 200, "fp32"
+    want["model"]["vocab_size"], want["train"]["precision"], want["data"]["seq_len"] = 200, "fp32", 64
     assert resolved.to_dict() == want  # nothing else changed
-    assert resolve_run_config(requested, corpus_vocab_size=30522, precision="bf16") is requested
+    same = resolve_run_config(resolved, corpus_seq_len=64, corpus_vocab_size=200, precision="fp32")
+    assert same is resolved
     with pytest.raises(dataclasses.FrozenInstanceError):
         resolved.model.vocab_size = 5
     with pytest.raises(ValueError, match="resolved run config.model: pad_token_id outside the vocabulary"):
         resolve_run_config(load_config(REPO / "electra/configs/small.json", ["model.pad_token_id=300"]),
-                           corpus_vocab_size=200, precision="bf16")
+                           corpus_seq_len=128, corpus_vocab_size=200, precision="bf16")
 
 
 def test_launch_as_a_module_under_the_deepspeed_launcher(corpus, tmp_path):
     """``deepspeed --module electra.train`` (one CPU rank): the run directory is complete and its
     config.json is exactly the resolved config."""
     from electra.config import load_config
-    from electra.distributed import effective_precision
-    from electra.trainer import requested_config, resolve_run_config
+    from electra.pretrain_job import job_from_args
+    from electra.pretrain_plan import resolve
 
     out = tmp_path / "run"
     flags = ["--max-steps", "2", "--save-every", "1", "--micro-batch", "4", "--set", "train.global_batch_size=4",
@@ -275,9 +262,8 @@ def test_launch_as_a_module_under_the_deepspeed_launcher(corpus, tmp_path):
     assert (out / "checkpoints" / "latest").read_text().strip() == "step_00000002"
     assert [r["step"] for r in records(out)] == [1, 2]
     assert (out / "tokenizer" / "tokenizer.json").is_file() and (out / "hf" / "discriminator").is_dir()
-    requested = requested_config(parse_args([*COMMON, "--data", "d", "--out", "o", *flags]))
-    want = resolve_run_config(requested, corpus_vocab_size=200,
-                              precision=effective_precision(requested.train.precision))
+    want = resolve(job_from_args(parse_args([*COMMON, "--data", str(corpus), "--out", str(out), *flags])),
+                   world_size=1).cfg
     assert json.loads((out / "config.json").read_text()) == want.to_dict()
     assert load_config(out / "config.json") == want
 
@@ -292,7 +278,7 @@ def test_deepspeed_config_owns_batch_clip_and_precision():
     assert ds["gradient_clipping"] == 0.5 and not ds["bf16"]["enabled"] and not ds["fp16"]["enabled"]
     assert ds["zero_optimization"]["stage"] == cfg.deepspeed["zero_optimization"]["stage"]
     assert deepspeed_config(load_config(REPO / "electra/configs/small.json"), 1)["bf16"]["enabled"]
-    with pytest.raises(ValueError, match="not a multiple of micro batch 32 x 3 ranks"):
+    with pytest.raises(ValueError, match="128 cannot be split over 3 ranks"):
         deepspeed_config(cfg, world_size=3)
 
 
@@ -318,6 +304,7 @@ def test_peak_flops_table_and_override():
 
 def test_precision_fallback_only_off_gpu():
     from electra.distributed import effective_precision
+
 
     assert effective_precision("fp32") == "fp32"
     got = effective_precision("bf16")
@@ -347,7 +334,7 @@ def test_export_checkpoint_of_the_final_step_equals_the_run_export(baseline, tmp
 
 
 def test_export_checkpoint_gathers_zero2_partitions(two_rank_run, tmp_path):
-    _, out, _ = two_rank_run
+    _, out = two_rank_run
     step = out / "checkpoints" / "step_00000006"
     state = checkpoint_state_dict(step)
     assert all(v.dtype == torch.float32 and v.numel() > 0 for v in state.values())
@@ -355,3 +342,23 @@ def test_export_checkpoint_gathers_zero2_partitions(two_rank_run, tmp_path):
     assert torch.isfinite(_disc_logits(exported / "discriminator")).all()
     with pytest.raises(FileNotFoundError, match="not a complete checkpoint"):
         export_checkpoint(tmp_path, tmp_path / "x")
+
+
+def test_tiny_preset_trains_on_two_cpu_ranks_as_shipped_and_outputs_are_readable(corpus, tmp_path):
+    """``deepspeed --num_gpus 2 electra/train.py --config tiny`` with no batch flags: the preset's
+    global batch of 16 is split over 2 ranks by lowering the micro batch (16 -> 8), logged. Under
+    umask 022 every file of the run directory is 0644 and every folder 0755."""
+    out = tmp_path / "run"
+    cmd = [str(VENV_BIN / "deepspeed"), "--num_gpus", "2", "--master_port", str(free_port()), "electra/train.py",
+           "--config", "tiny", "--data", str(corpus), "--out", str(out), "--max-steps", "2"]
+    p = subprocess.run(cmd, cwd=REPO, env=env(), capture_output=True, text=True, timeout=300,
+                       preexec_fn=lambda: os.umask(0o022))
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert "train.micro_batch_size 16 -> 8" in p.stdout + p.stderr
+    ds = json.loads((out / "deepspeed_config.json").read_text())
+    assert (ds["train_batch_size"], ds["train_micro_batch_size_per_gpu"], ds["gradient_accumulation_steps"]) == (16, 8, 1)
+    assert [r["step"] for r in records(out)] == [2]  # log_every 10: the last step is logged
+    assert layout.find_latest(out).name == "step_00000002"
+    modes = {p.relative_to(out).as_posix(): p.stat().st_mode & 0o777 for p in out.rglob("*")}
+    wrong = {k: oct(m) for k, m in modes.items() if m != (0o755 if (out / k).is_dir() else 0o644)}
+    assert not wrong and "hf/discriminator/model.safetensors" in modes and "config.json" in modes, wrong

@@ -10,8 +10,10 @@ def test_pretraining_recipe_is_a_valid_tiny_config_with_the_presets_tokens_per_s
     # rejects it here. The recipe shortens the examples without changing tokens per step.
     tiny = load_config(demo.REPO / demo.TINY)
     cfg = load_config(demo.REPO / demo.TINY, demo.PRETRAIN)
-    assert cfg.data.seq_len == demo.SEQ_LEN == 32
-    assert cfg.train.global_batch_size * cfg.data.seq_len == tiny.train.global_batch_size * tiny.data.seq_len
+    # seq_len is the corpus's: the demo builds its corpus at SEQ_LEN; tiny's own length is its
+    # 128 positions
+    assert cfg.data.seq_len is None and demo.SEQ_LEN == 32
+    assert cfg.train.global_batch_size * demo.SEQ_LEN == tiny.train.global_batch_size * tiny.model.max_position_embeddings
     assert cfg.model.hidden_dropout == cfg.model.attention_dropout == 0.0
     assert cfg.model.hidden_size == tiny.model.hidden_size and cfg.model.num_layers == tiny.model.num_layers
     assert cfg.optimizer.lr == 2e-3 and cfg.model.generator_fraction == 0.5

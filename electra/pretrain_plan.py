@@ -1,0 +1,148 @@
+"""The resolve phase of pre-training: everything a run needs to know, checked before it starts.
+
+``resolve(job, world_size=W)`` runs on every rank BEFORE any distributed start-up (no process
+group, no DeepSpeed engine, no C++ op), so a user error surfaces in seconds as one line naming
+the key or path, not minutes later as a traceback from every rank. In order:
+
+1. the run directory: a local or shared-filesystem path that is, or can be, a folder;
+2. the config: a preset by name or a file (``electra.config.load_config``), the overrides;
+3. the corpus: manifest, tokenizer (sha256 against the manifest and, when resuming, against the
+   checkpoint), and one listing per shard folder against the manifest's names and sizes
+   (``electra.corpus``), for the train and validation splits;
+4. the run's config, resolved once (``resolve_run_config``): ``data.seq_len`` and the
+   vocabulary size are the corpus's (a ``data.seq_len`` given by the user is a check), the
+   precision is what this machine can train in;
+5. the batch geometry for ``W`` ranks (``electra.batch_geometry``) and the DeepSpeed config;
+6. the resume: the newest complete checkpoint, its global batch (the data position counts
+   global steps, so it must be the same), and whether another world size needs DeepSpeed's
+   universal checkpoint (``electra.universal_checkpoint.plan_resume``; refused in one line where it
+   cannot work).
+
+The result, a frozen ``RunPlan``, is what the other phases (``electra.pretrain_runner``) use;
+``electra.random_init`` resolves the same way, so its export is the run's step 0.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from common import storage
+from common.config import ConfigError
+from electra import run_layout as layout
+from electra.batch_geometry import BatchGeometry
+from electra.config import ElectraConfig, load_config
+from electra.corpus import CorpusInfo, ShardRef, check_shards, open_corpus
+from electra.pretrain_job import PretrainJob
+
+log = logging.getLogger("electra.train")
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    job: PretrainJob
+    run_dir: Path
+    cfg: ElectraConfig  # resolved: seq_len, vocabulary and precision filled in
+    corpus: CorpusInfo
+    train_shards: tuple[ShardRef, ...]
+    validation_shards: tuple[ShardRef, ...]
+    skipped_shards: tuple[str, ...]  # missing or truncated, left out under data.skip_corrupt
+    geometry: BatchGeometry
+    ds_config: dict
+    resume_dir: Path | None
+    resume: object | None  # electra.universal_checkpoint.ResumePlan when resuming
+
+
+def resolve_run_config(requested: ElectraConfig, *, corpus_seq_len: int, corpus_vocab_size: int,
+                       precision: str) -> ElectraConfig:
+    """The run's config, built once: ``requested`` with the corpus's sequence length and
+    vocabulary size and the precision this machine trains in. Returns a new (frozen) config,
+    validated again; every change is logged."""
+    model, train, data = requested.model, requested.train, requested.data
+    if data.seq_len != corpus_seq_len:
+        data = dataclasses.replace(data, seq_len=corpus_seq_len)
+    if model.vocab_size != corpus_vocab_size:
+        log.info("model.vocab_size %d -> %d (from the corpus tokenizer)", model.vocab_size, corpus_vocab_size)
+        model = dataclasses.replace(model, vocab_size=corpus_vocab_size)
+    if train.precision != precision:
+        log.warning("train.precision %s -> %s: no native %s on this CPU (see distributed.effective_precision)",
+                    train.precision, precision, train.precision)
+        train = dataclasses.replace(train, precision=precision)
+    if (model, train, data) == (requested.model, requested.train, requested.data):
+        return requested
+    # Through the strict loader, so the changed values pass the same checks as a config file.
+    changed = dataclasses.replace(requested, model=model, train=train, data=data)
+    return ElectraConfig.from_dict(dataclasses.asdict(changed), source="resolved run config")
+
+
+def config_hash(cfg: ElectraConfig) -> str:
+    """Hash of what decides the trajectory (not max_steps, save/log cadence)."""
+    d = cfg.to_dict()
+    keep = {k: d[k] for k in ("model", "objective", "optimizer", "data")}
+    keep["seed"] = d["train"]["seed"]
+    return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def world_size_from_env() -> int:
+    """The launcher's world size (``WORLD_SIZE``), known before the process group exists."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def check_run_dir(out: str) -> Path:
+    path = Path(storage.local_path(out))
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"--out {out}: exists and is not a folder; name a new or existing run directory")
+    parent = next(p for p in (path, *path.parents) if p.exists())
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ConfigError(f"--out {out}: {parent} is not writable; choose a run directory you can write")
+    return path
+
+
+def resolve(job: PretrainJob, *, world_size: int | None = None, precision: str | None = None) -> RunPlan:
+    """The ``RunPlan`` of ``job`` on ``world_size`` ranks (module docstring); raises a one-line
+    user error (``ConfigError``, ``FileNotFoundError``, ``CorpusMismatchError``, ...) otherwise."""
+    from electra import distributed as D  # torch, not DeepSpeed: imports in about a second
+
+    world_size = world_size_from_env() if world_size is None else world_size
+    run_dir = check_run_dir(job.out)
+    requested = load_config(job.config, job.overrides)
+    resume_dir = layout.find_latest(run_dir)
+    prior = layout.CheckpointMeta.read(resume_dir) if resume_dir else None
+    corpus = open_corpus(job.data, tokenizer_sha256=prior.tokenizer_sha256 if prior else None,
+                         manifest_sha256=prior.manifest_sha256 if prior else None,
+                         data_sha256=prior.data_sha256 if prior and prior.data_sha256 else None,
+                         allow_change=requested.data.allow_corpus_change)
+    manifest_seq_len = corpus.manifest.seq_len
+    if requested.data.seq_len is not None and requested.data.seq_len != manifest_seq_len:
+        raise ConfigError(f"data.seq_len {requested.data.seq_len} but the corpus {job.data} is packed at "
+                          f"{manifest_seq_len}; drop data.seq_len (the corpus's is used) or rebuild the corpus")
+    cfg = resolve_run_config(requested, corpus_seq_len=manifest_seq_len, corpus_vocab_size=corpus.vocab_size,
+                             precision=precision or D.effective_precision(requested.train.precision))
+    ds_config = D.deepspeed_config(cfg, world_size)  # the batch geometry, logged once, is its part
+    geometry = BatchGeometry(ds_config["train_batch_size"], world_size, ds_config["train_micro_batch_size_per_gpu"],
+                             ds_config["gradient_accumulation_steps"])
+    train, skipped = check_shards(corpus, "train", skip_corrupt=cfg.data.skip_corrupt)
+    if not train:
+        raise ConfigError(f"{job.data}: no train shards to read (manifest lists "
+                          f"{len(corpus.manifest.shards_for('train'))}); rebuild the corpus")
+    validation, skipped_val = check_shards(corpus, "validation", skip_corrupt=cfg.data.skip_corrupt)
+    resume = None
+    if prior is not None:
+        if prior.config_hash != config_hash(cfg):
+            log.warning("config differs from the checkpoint's (hash %s -> %s)", prior.config_hash, config_hash(cfg))
+        if prior.global_batch_size and prior.global_batch_size != geometry.global_batch:
+            raise ConfigError(f"{resume_dir}: saved with train.global_batch_size {prior.global_batch_size}, "
+                              f"now {geometry.global_batch}; the data position counts global batches: "
+                              f"resume with train.global_batch_size={prior.global_batch_size} or start a new run")
+        from electra.universal_checkpoint import ds_config_for_resume, plan_resume
+
+        resume = plan_resume(resume_dir, world_size=world_size,
+                             zero_stage=ds_config.get("zero_optimization", {}).get("stage", 0),
+                             precision=cfg.train.precision)
+        ds_config = ds_config_for_resume(ds_config, resume)
+    return RunPlan(job, run_dir, cfg, corpus, tuple(train), tuple(validation), tuple(skipped + skipped_val),
+                   geometry, ds_config, resume_dir, resume)

@@ -1,0 +1,132 @@
+"""The pre-training runner: one job, five named phases that plain Python can drive.
+
+    runner = PretrainRunner(job)          # electra.pretrain_job.PretrainJob
+    runner.run()                          # = resolve, prepare, build, train, export
+
+* **resolve** (``electra.pretrain_plan.resolve``): config, corpus, shard listing, run directory,
+  batch geometry, DeepSpeed config and resume plan, checked on every rank before any
+  distributed start-up: a user error is one line within seconds.
+* **prepare**: join the process group (DeepSpeed's CPU shm op is skipped for one process), and
+  rank 0 readies the run directory: deletes checkpoints a kill left incomplete, writes
+  ``config.json`` (the resolved config) and ``deepspeed_config.json``, and copies the corpus
+  tokenizer into ``RUN/tokenizer`` (every export reads that copy, so any checkpoint can be
+  exported without the corpus, which may be remote). Rank 0's shard listing is broadcast, so
+  every rank plans from the same answer even if the store changed between their listings.
+* **build** (``build_objective`` + DeepSpeed): seed, model (identical on every rank), objective,
+  engine with the project's optimiser and LR schedule; then the checkpoint, if any: directly, or
+  through DeepSpeed's universal checkpoint when the world size changed under ZeRO
+  (``electra.checkpoint``).
+* **train**: ``electra.trainer.Trainer.run``.
+* **export**: the Hugging Face export ``RUN/hf`` (also when resumed at ``max_steps``: the export
+  is a function of the checkpoint), metrics closed, the last event handed to Prefect.
+
+``electra.random_init`` uses ``resolve`` and ``build_objective`` for its step-0 export.
+"""
+from __future__ import annotations
+
+import json
+import logging
+
+from common import storage
+from electra import distributed as D
+from electra import run_layout as layout
+from electra.pretrain_job import PretrainJob
+from electra.pretrain_plan import RunPlan, resolve
+from electra.seeding import seed_everything
+from electra.trainer import StartState, Trainer, TrainHooks
+from pipelines.schema import TOKENIZER_FILES
+
+log = logging.getLogger("electra.train")
+PHASES = ("resolve", "prepare", "build", "train", "export")
+
+
+def build_objective(plan: RunPlan):
+    """The model and its objective from the run's seed: the same weights on every rank, and the
+    step-0 weights ``electra.random_init`` exports."""
+    from electra.model import ElectraForPretraining
+    from electra.objective import ElectraObjective, SpecialTokens
+
+    cfg = plan.cfg
+    seed_everything(cfg.train.seed)
+    model = ElectraForPretraining(cfg.model)
+    special = SpecialTokens.from_manifest(plan.corpus.manifest.tokenizer.special_tokens)
+    return ElectraObjective(model, cfg.objective, special, cfg.seq_len)
+
+
+class PretrainRunner:
+    def __init__(self, job: PretrainJob, *, hooks: TrainHooks = TrainHooks()):
+        self.job, self.hooks = job, hooks
+        self.plan: RunPlan | None = None
+        self.dist: D.DistInfo | None = None
+        self.shards: tuple[tuple, tuple] | None = None
+        self.trainer: Trainer | None = None
+
+    def run(self) -> Trainer:
+        for phase in PHASES:
+            getattr(self, phase)()
+        return self.trainer
+
+    def resolve(self) -> RunPlan:
+        self.plan = resolve(self.job)
+        return self.plan
+
+    def prepare(self) -> None:
+        plan = self.plan
+        self.dist = D.init_distributed()
+        if self.dist.rank == 0:
+            layout.clean_incomplete(plan.run_dir)
+            for name, obj in ((layout.CONFIG, plan.cfg.to_dict()), (layout.DEEPSPEED_CONFIG, plan.ds_config)):
+                storage.write_bytes(str(plan.run_dir / name), (json.dumps(obj, indent=2) + "\n").encode())
+            for name in TOKENIZER_FILES:  # by name, not by listing: an https:// corpus cannot be listed
+                try:
+                    data = storage.read_bytes(storage.join(plan.corpus.tokenizer_uri, name))
+                except storage.StorageError:  # optional files; tokenizer.json was read by resolve
+                    continue
+                storage.write_bytes(str(plan.run_dir / layout.TOKENIZER / name), data)
+        self.shards = D.on_rank0(lambda: (plan.train_shards, plan.validation_shards))
+        D.barrier()
+
+    def build(self) -> Trainer:
+        import torch
+
+        from electra import checkpoint as ckpt
+        from electra.data import DataPosition
+        from electra.optim import build_optimizer, build_scheduler
+        from electra.universal_checkpoint import prepare_universal
+
+        plan, rank0 = self.plan, self.dist.rank == 0
+        objective = build_objective(plan)
+        fast = D.configure_fast_path(plan.cfg, objective.model)
+        if fast and rank0:
+            log.info("fast path: %s", ", ".join(fast))
+        optimizer = build_optimizer(objective, plan.cfg.optimizer, device="cuda" if torch.cuda.is_available() else "cpu")
+        if rank0:
+            log.info("optimizer: %s; batch: global %d = micro %d x %d ranks x %d accumulation steps",
+                     type(optimizer).__name__, plan.geometry.global_batch, plan.geometry.micro_batch,
+                     plan.geometry.world_size, plan.geometry.accum)
+        if plan.resume is not None:  # rank 0 converts to the universal layout when the world size changed
+            if rank0:
+                log.info("resume: %s", plan.resume.message)
+            prepare_universal(plan.resume, rank=self.dist.rank, barrier=D.barrier)
+        engine = D.build_engine(objective, optimizer, build_scheduler(optimizer, plan.cfg.optimizer), plan.ds_config)
+        seed_everything(plan.cfg.train.seed + 1000 * (self.dist.rank + 1))  # distinct masks per rank
+        start = StartState()
+        if plan.resume_dir is not None:
+            meta = ckpt.load_checkpoint(engine, plan.resume_dir, rank=self.dist.rank, universal=plan.resume.universal)
+            start = StartState(meta.step, meta.tokens_seen, meta.wall_time, DataPosition.from_dict(meta.data_position))
+            log.info("resumed from %s (step %d, data %s, saved on %d ranks, now %d)", plan.resume_dir, meta.step,
+                     start.position, meta.world_size, self.dist.world_size)
+        train_shards, validation_shards = self.shards
+        self.trainer = Trainer(plan, self.dist, engine, start, train_shards=train_shards,
+                               validation_shards=validation_shards, hooks=self.hooks)
+        return self.trainer
+
+    def train(self) -> None:
+        self.trainer.run()
+
+    def export(self) -> None:
+        self.trainer.export()
+        self.trainer.finish()
+        if self.dist.rank == 0:
+            log.info("done: step %d, %d tokens, run dir %s", self.trainer.step, self.trainer.tokens_seen,
+                     self.plan.run_dir)

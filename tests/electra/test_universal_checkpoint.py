@@ -1,0 +1,258 @@
+"""Resuming on another number of ranks: electra/universal_checkpoint.py and
+electra.checkpoint.load_checkpoint(universal=True).
+
+The plan (which layouts load directly, which go through DeepSpeed's universal checkpoint, which
+are refused, and the one-line refusals) is tested on fabricated model-states files. The real
+thing runs DeepSpeed ranks on CPU (tests/electra/_zero_worker.py: a tiny model with a tied
+weight, a frozen parameter and a buffer, the project's optimiser and schedule): a ZeRO-1 fp32
+checkpoint saved on 2 ranks resumes on 1, and one saved on 1 rank resumes on 2 (rank 0
+converts, rank 1 waits); after the load the full fp32 masters, Adam moments, step counts, param
+groups, LR scheduler and global step equal the saved ones exactly, the frozen parameter and the
+buffer too, and the next step on the same global batch gives the parameters of the uninterrupted
+run within fp32 rounding (the gradient sums run in another order). ZeRO-2, bf16 (BF16_Optimizer
+with ZeRO-1, fp32 accumulation with ZeRO-2) and ZeRO-0 are the same check, marked slow.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from electra import run_layout as layout
+from electra import universal_checkpoint as uc
+from electra.distributed import free_port
+
+REPO = Path(__file__).resolve().parents[2]
+VENV_BIN = Path(sys.executable).parent
+WORKER = "tests/electra/_zero_worker.py"
+
+
+# ---------------------------------------------------------------- the plan, on fabricated files
+
+def fake_checkpoint(run_dir: Path, *, world: int, stage: int, precision: str = "fp32", step: int = 5) -> Path:
+    step_dir = layout.step_dir(run_dir, step)
+    step_dir.mkdir(parents=True)
+    ds = {"zero_optimization": {"stage": stage}, "bf16": {"enabled": precision == "bf16"},
+          "fp16": {"enabled": precision == "fp16"}}
+    name = "zero_pp_rank_0_mp_rank_00_model_states.pt" if stage == 3 else "mp_rank_00_model_states.pt"
+    torch.save({"module": {"w": torch.ones(2)}, "ds_config": ds, "dp_world_size": world}, step_dir / name)
+    meta = layout.CheckpointMeta(step=step, tokens_seen=0, data_position={}, manifest_sha256="m",
+                                 tokenizer_sha256="t", config_hash="h", wall_time=0.0, world_size=world)
+    (step_dir / layout.META).write_bytes(meta.to_json())
+    return step_dir
+
+
+@pytest.mark.parametrize("saved, now, universal", [
+    ((2, 1, "fp32"), (1, 1, "fp32"), True),    # world change, ZeRO-1
+    ((1, 2, "fp32"), (4, 2, "fp32"), True),    # world change, ZeRO-2
+    ((2, 1, "bf16"), (2, 1, "fp32"), True),    # precision change: another optimiser, other partitions
+    ((2, 1, "fp32"), (2, 2, "fp32"), True),    # stage 1 -> 2
+    ((2, 1, "bf16"), (2, 1, "bf16"), False),   # as saved
+    ((2, 0, "fp32"), (3, 0, "fp32"), False),   # ZeRO-0: replicated state
+    ((2, 3, "bf16"), (2, 3, "bf16"), False),   # ZeRO-3 as saved
+])
+def test_plan(tmp_path, saved, now, universal):
+    step_dir = fake_checkpoint(tmp_path, world=saved[0], stage=saved[1], precision=saved[2])
+    plan = uc.plan_resume(step_dir, world_size=now[0], zero_stage=now[1], precision=now[2])
+    assert (plan.saved_world_size, plan.saved_zero_stage, plan.saved_precision) == saved
+    assert plan.universal is universal
+    assert plan.load_dir == (tmp_path / "checkpoints" / "step_00000005.universal" if universal else step_dir)
+    assert "\n" not in plan.message and f"on {saved[0]} rank(s)" in plan.message
+    ds = uc.ds_config_for_resume({"zero_optimization": {"stage": now[1]}, "checkpoint": {"tag_validation": "Warn"}},
+                                 plan)
+    assert ds["checkpoint"] == {"tag_validation": "Warn", "load_universal": universal}
+
+
+@pytest.mark.parametrize("saved, now, alternative", [
+    ((2, 3, "fp32"), (1, 3, "fp32"), "resume on 2 rank(s) with ZeRO-3 fp32"),
+    ((2, 2, "fp32"), (2, 3, "fp32"), "resume on 2 rank(s) with ZeRO-2 fp32"),
+    ((4, 1, "fp32"), (2, 0, "fp32"), "stage=1 (or the other of 1/2, on any number of ranks)"),
+    ((4, 0, "fp32"), (2, 1, "fp32"), "stage=0 (on any number of ranks)"),
+    ((4, 0, "fp16"), (2, 0, "fp32"), "resume with train.precision=fp16"),
+])
+def test_refused_in_one_line_naming_both_world_sizes(tmp_path, saved, now, alternative):
+    step_dir = fake_checkpoint(tmp_path, world=saved[0], stage=saved[1], precision=saved[2])
+    with pytest.raises(uc.ResumeRefused) as err:
+        uc.plan_resume(step_dir, world_size=now[0], zero_stage=now[1], precision=now[2])
+    msg = str(err.value)
+    assert isinstance(err.value, ValueError) and "\n" not in msg
+    assert f"saved on {saved[0]} rank(s)" in msg and f"resuming on {now[0]} rank(s)" in msg
+    assert alternative in msg and "step_00000005" in msg
+
+
+def test_plan_needs_a_complete_checkpoint(tmp_path):
+    step_dir = fake_checkpoint(tmp_path, world=2, stage=1)
+    (step_dir / layout.META).unlink()
+    with pytest.raises(ValueError, match="meta.json"):
+        uc.plan_resume(step_dir, world_size=1, zero_stage=1, precision="fp32")
+
+
+def test_no_plan_means_no_universal_load_and_the_input_is_not_changed():
+    ds = {"checkpoint": {"load_universal": True}}
+    assert uc.ds_config_for_resume(ds, None)["checkpoint"]["load_universal"] is False
+    assert ds == {"checkpoint": {"load_universal": True}}
+
+
+def test_prune_orphans_keeps_universal_folders_of_complete_checkpoints(tmp_path):
+    kept = fake_checkpoint(tmp_path, world=2, stage=1, step=5)
+    root = layout.checkpoints_dir(tmp_path)
+    for name in ("step_00000005.universal", "step_00000003.universal", "step_00000003.universal.tmp-12",
+                 "step_00000005.universal.tmp-13"):
+        (root / name / "zero").mkdir(parents=True)
+    removed = uc.prune_orphans(tmp_path)
+    assert sorted(d.name for d in removed) == ["step_00000003.universal", "step_00000003.universal.tmp-12"]
+    assert uc.universal_dir(kept).is_dir()
+    assert [d.name for d in layout.step_dirs(tmp_path)] == ["step_00000005"]  # never listed as a checkpoint
+
+
+def test_a_failed_conversion_still_releases_the_waiting_ranks(tmp_path):
+    step_dir = fake_checkpoint(tmp_path, world=2, stage=1)  # no ZeRO partitions: the converter fails
+    plan = uc.plan_resume(step_dir, world_size=1, zero_stage=1, precision="fp32")
+    met = []
+    with pytest.raises(FileNotFoundError):
+        uc.prepare_universal(plan, rank=0, barrier=lambda: met.append("barrier"))
+    assert met == ["barrier"]  # rank 0 reached the barrier before raising
+    root = layout.checkpoints_dir(tmp_path)
+    assert sorted(p.name for p in root.iterdir()) == ["step_00000005"]  # no leftovers, no latest_universal
+    with pytest.raises(RuntimeError, match="missing after rank 0's conversion"):
+        uc.prepare_universal(plan, rank=1, barrier=lambda: None)
+    same = uc.plan_resume(step_dir, world_size=2, zero_stage=1, precision="fp32")
+    assert uc.prepare_universal(same, rank=1, barrier=lambda: pytest.fail("no barrier")) == step_dir
+
+
+class EngineShell:
+    """What load_checkpoint asks an engine before it loads anything."""
+
+    def __init__(self, *, stage=1, bf16=False, universal=False):
+        self.stage, self.bf16, self.universal = stage, bf16, universal
+
+    def load_universal_checkpoint(self):
+        return self.universal
+
+    def zero_optimization_stage(self):
+        return self.stage
+
+    def bfloat16_enabled(self):
+        return self.bf16
+
+    def fp16_enabled(self):
+        return False
+
+    def load_checkpoint(self, *args, **kwargs):
+        raise AssertionError("must refuse before DeepSpeed loads")
+
+
+def test_load_checkpoint_refuses_a_direct_load_that_needs_the_universal_one(tmp_path):
+    """The trainer calling load_checkpoint as before, on 1 rank, a ZeRO-1 checkpoint of 2 ranks:
+    one line saying what to do, not DeepSpeed's refusal (or a silent mis-load after a precision
+    change)."""
+    from electra import checkpoint as ck
+
+    step_dir = fake_checkpoint(tmp_path, world=2, stage=1)
+    with pytest.raises(uc.ResumeRefused) as err:
+        ck.load_checkpoint(EngineShell(stage=1), step_dir, rank=0)
+    msg = str(err.value)
+    assert "\n" not in msg and "saved on 2 rank(s)" in msg and "resuming on 1 rank(s)" in msg
+    assert "universal" in msg and f"{uc.CONVERT_COMMAND} {step_dir}" in msg
+    with pytest.raises(uc.ResumeRefused, match="ZeRO-3"):
+        ck.load_checkpoint(EngineShell(stage=3), step_dir, rank=0)
+    with pytest.raises(RuntimeError, match="load_universal"):  # engine built without ds_config_for_resume
+        ck.load_checkpoint(EngineShell(stage=1), step_dir, rank=0, universal=True)
+    with pytest.raises(FileNotFoundError, match="prepare_universal"):  # not converted
+        ck.load_checkpoint(EngineShell(stage=1, universal=True), step_dir, rank=0, universal=True)
+
+
+# ---------------------------------------------------------------- real DeepSpeed ranks
+
+def _env() -> dict:
+    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+
+
+def worker(mode: str, run: Path, out: Path, *, ranks: int, stage: int = 1, precision: str = "fp32") -> Path:
+    args = [WORKER, mode, "--run", str(run), "--out", str(out), "--stage", str(stage), "--precision", precision]
+    if ranks == 1:
+        cmd = [sys.executable, *args]
+    else:
+        cmd = [str(VENV_BIN / "deepspeed"), "--num_gpus", str(ranks), "--master_port", str(free_port()), *args]
+    p = subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=400)
+    assert p.returncode == 0, (p.stdout + p.stderr)[-6000:]
+    return out
+
+
+def assert_resumed(saved: dict, loaded: dict, uninterrupted_next: dict, resumed_next: dict) -> None:
+    names = list(saved["fp32"])
+    assert names == list(loaded["fp32"]) and "emb.weight" in names and "frozen.weight" not in names
+    for key in ("fp32", "exp_avg", "exp_avg_sq"):  # gathered to full tensors: exactly the saved ones
+        for n in names:
+            assert torch.equal(saved[key][n], loaded[key][n]), (key, n)
+    assert saved["step"] == loaded["step"] == [3, 3]
+    assert saved["groups"] == loaded["groups"]  # lr, betas, eps and each group's weight decay
+    assert [g["weight_decay"] for g in loaded["groups"]] == [0.01, 0.0]
+    assert saved["last_epoch"] == loaded["last_epoch"] == 3
+    assert saved["global_steps"] == loaded["global_steps"] == 3
+    assert torch.equal(saved["frozen"], loaded["frozen"]) and torch.equal(saved["buffer"], loaded["buffer"])
+    for n in names:  # the module's (tied) parameters are the masters
+        assert torch.equal(loaded["module"][n], loaded["fp32"][n].to(loaded["module"][n].dtype)), n
+    for n in names:  # the next step: the same global batch, the same update within fp32 rounding
+        before, want, got = saved["fp32"][n], uninterrupted_next["fp32"][n], resumed_next["fp32"][n]
+        assert (want - before).abs().max() > 1e-3  # it did move
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    assert resumed_next["step"] == [4, 4] and resumed_next["last_epoch"] == 4
+
+
+def load(out: Path, name: str) -> dict:
+    return torch.load(out / name, weights_only=False)
+
+
+def test_zero1_resumes_from_2_ranks_on_1_and_from_1_rank_on_2(tmp_path):
+    """2 -> 1 and 1 -> 2 with ZeRO-1 fp32: the universal conversion, the load, the next step."""
+    a_run, b_run = tmp_path / "run_a", tmp_path / "run_b"
+    a_train = worker("train", a_run, tmp_path / "a_train", ranks=2)
+    a_resume = worker("resume", a_run, tmp_path / "a_resume", ranks=1)
+    b_train = worker("train", b_run, tmp_path / "b_train", ranks=1)
+    b_resume = worker("resume", b_run, tmp_path / "b_resume", ranks=2)  # rank 0 converts, rank 1 waits
+
+    for resume, saved_world in ((a_resume, 2), (b_resume, 1)):
+        plan = json.loads((resume / "plan.json").read_text())
+        assert plan["universal"] is True and plan["saved_world_size"] == saved_world
+    assert_resumed(load(a_train, "saved.pt"), load(a_resume, "loaded.pt"), load(a_train, "next.pt"),
+                   load(a_resume, "next.pt"))
+    assert_resumed(load(b_train, "saved.pt"), load(b_resume, "loaded.pt"), load(b_train, "next.pt"),
+                   load(b_resume, "next.pt"))
+    # the 2-rank run's next step, the reference the brief asks for, on both sides of the 1 -> 2 resume
+    for n, want in load(a_train, "next.pt")["fp32"].items():
+        torch.testing.assert_close(load(b_resume, "next.pt")["fp32"][n], want, rtol=1e-5, atol=1e-6)
+
+    # the universal folder: a committed sibling, no leftovers, reused as it is
+    root = layout.checkpoints_dir(b_run)
+    step_dir = root / "step_00000003"
+    out = uc.universal_dir(step_dir)
+    assert sorted(p.name for p in root.iterdir() if p.name.startswith("step_")) == [
+        "step_00000003", "step_00000003.universal"]
+    assert not (root / "latest_universal").exists()
+    assert (out / "mp_rank_00_model_states.pt").is_file() and (out / "zero" / "optimizer_state.pt").is_file()
+    assert {p.name for p in (out / "zero" / "proj.weight").iterdir()} == {"fp32.pt", "exp_avg.pt", "exp_avg_sq.pt",
+                                                                          "step.pt"}
+    before = (out / "zero" / "proj.weight" / "fp32.pt").stat().st_mtime_ns
+    assert uc.convert(step_dir) == out
+    assert (out / "zero" / "proj.weight" / "fp32.pt").stat().st_mtime_ns == before
+
+
+@pytest.mark.slow
+# The GPU presets' own layout (bf16 + ZeRO-1: DeepSpeed's BF16_Optimizer). ZeRO-2 fp32/bf16 take
+# the same universal route (checked by hand; each case costs a minute of CI), ZeRO-0 loads
+# directly (tests/electra/test_elastic_resume.py resumes it 2 -> 1 through the trainer).
+@pytest.mark.parametrize("stage, precision", [(1, "bf16")])
+def test_other_stages_and_precisions_resume_from_2_ranks_on_1(tmp_path, stage, precision):
+    """BF16_Optimizer (bf16 + ZeRO-1): universal. bf16 runs on this CPU's fallbacks: the model is tiny."""
+    run = tmp_path / "run"
+    train = worker("train", run, tmp_path / "train", ranks=2, stage=stage, precision=precision)
+    resume = worker("resume", run, tmp_path / "resume", ranks=1, stage=stage, precision=precision)
+    assert json.loads((resume / "plan.json").read_text())["universal"] is (stage > 0)
+    assert_resumed(load(train, "saved.pt"), load(resume, "loaded.pt"), load(train, "next.pt"),
+                   load(resume, "next.pt"))
