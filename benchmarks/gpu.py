@@ -252,7 +252,7 @@ def loader_rate(corpus: Path, cfg: ElectraConfig, micro_batch: int) -> float:
     # one rank's whole global batch in micro batches of ``micro_batch``
     plan = sd.StreamPlan(tuple(shards), cfg.seq_len, micro_batch, micro_batch, shuffle_block=cfg.data.shuffle_buffer,
                          streams=cfg.data.streams)
-    stream = sd.TrainStream(plan, num_workers=cfg.data.num_workers, prefetch=cfg.data.prefetch_shards)
+    stream = sd.TrainStream(plan, num_workers=sd.loader_workers(cfg.data.num_workers), prefetch=cfg.data.prefetch_shards)
     t0 = time.perf_counter()
     n = sum(len(b.keys) for b in stream.loader(0, 0))
     return n / (time.perf_counter() - t0)
@@ -295,7 +295,7 @@ def bench_config(preset: str, length: int, args, device: torch.device, corpus: P
                                       if ok else None)
     rate = loader_rate(corpus, cfg, batch)
     consumed = row["ours"].get("sequences_per_s")
-    row["loader"] = {"samples_per_s": rate, "workers": cfg.data.num_workers,
+    row["loader"] = {"samples_per_s": rate, "workers": sd.loader_workers(cfg.data.num_workers),
                      "over_consumption_x": rate / consumed if consumed else None}
     return row
 

@@ -2,7 +2,7 @@
 bookkeeping cost per step?
 
     .venv/bin/python benchmarks/train.py [--config electra/configs/small.json] [--data CORPUS]
-        [--s3] [--steps 12] [--global-batch 32] [--set key=value ...] [--loader-only]
+        [--s3] [--steps 30] [--warmup 10] [--global-batch 32] [--set key=value ...] [--loader-only]
 
 Numbers from one process, same model, same engine:
 
@@ -17,10 +17,20 @@ Numbers from one process, same model, same engine:
    both. ``--loader-only`` reports these figures without the trainer (items 2 and 3).
 2. **Trainer samples/s and tokens/s end to end**: ``electra.trainer.Trainer.run`` (streaming,
    metrics every step, progress bar, a checkpoint at the end), measured from ``metrics.jsonl``
-   over the steps after the warm-up.
-3. **Bare step**: the same engine stepping on one batch already in memory, nothing else,
-   measured right after the end-to-end run on the warmed-up engine.
-   Overhead = 1 - end-to-end steps/s / bare steps/s. Goal: <= 5%.
+   over the steps after the warm-up. The warm-up is start-up, reported apart (``warmup_seconds``):
+   each of the global batch's streams starts in another region of the corpus, so the first steps
+   read the first shards of every stream (up to one per stream); after that a stream reads a shard
+   once per shard-length of steps. A short run's window would time that burst of reads, not the
+   steady state a long run lives in.
+3. **Bare step**: the same engine stepping on the epoch's first batches already in memory (the
+   trainer's own batches, so the same shapes), nothing else, measured right after the end-to-end
+   run on the warmed-up engine.
+   Overhead = 1 - end-to-end steps/s / bare steps/s: what data and bookkeeping cost.
+4. **Plain step**: the same model, objective and optimiser on the same batches with no engine (fp32
+   parameters, ``torch.autocast`` in a bf16 run; ``benchmarks/step.py``'s bare step), timed right
+   after. ``engine_overhead_pct`` = 1 - bare / plain is what DeepSpeed's step costs (its bf16
+   module and fp32 master copy, gradient buffers); ``overhead_vs_plain_pct`` is the trainer's
+   whole distance from the step it runs. Goal: <= 10% on every CPU kind.
 
 ``--s3`` starts moto's S3 server on a free loopback port (``python -m moto.server``; the standard
 ``AWS_*`` variables point every client at it, DataLoader workers included), uploads the corpus
@@ -58,6 +68,7 @@ from common import storage
 from electra import data as sd
 from electra.batch_geometry import batch_geometry
 from electra.config import load_config
+from electra.optim import clip_grad_norm
 from pipelines import schema
 
 if TYPE_CHECKING:
@@ -111,7 +122,7 @@ def loader_plan(corpus: str, args: argparse.Namespace, seq_len: int) -> tuple[sd
     shards, _ = sd.check_shards(sd.open_corpus(corpus, seq_len=seq_len), "train")
     plan = sd.StreamPlan(tuple(shards), seq_len, geo.global_batch, geo.micro_batch, seed=cfg.train.seed,
                          shuffle_block=cfg.data.shuffle_buffer, streams=cfg.data.streams)
-    return plan, cfg.data.num_workers, cfg.data.prefetch_shards
+    return plan, sd.loader_workers(cfg.data.num_workers), cfg.data.prefetch_shards
 
 
 def loader_report(args: argparse.Namespace, *, data: str, s3_data: str | None, seq_len: int) -> dict:
@@ -125,7 +136,7 @@ def loader_report(args: argparse.Namespace, *, data: str, s3_data: str | None, s
     if s3_data:
         local = loader_rate(plan_for(data, plan, seq_len), workers=workers, prefetch=prefetch)
         out["loader_local_samples_per_sec"] = round(local, 1)
-    out["bytes_per_rank"] = rank_bytes(plan, world=2, workers=workers, prefetch=prefetch)
+    out["bytes_per_rank"] = rank_bytes(plan, world=2, workers=args.rank_workers, prefetch=prefetch)
     return out
 
 
@@ -135,31 +146,65 @@ def plan_for(corpus: str, like: sd.StreamPlan, seq_len: int) -> sd.StreamPlan:
     return dataclasses.replace(like, shards=tuple(shards))
 
 
-def bare_step_rate(trainer: Trainer, *, steps: int) -> float:
-    """Optimizer steps/s of the engine alone on one in-memory batch."""
-    batch = next(iter(sd.TrainStream(trainer.train_plan, num_workers=0).loader(0)))
-    ids, seg = batch.input_ids.to(trainer.engine.device), batch.segment_ids.to(trainer.engine.device)
+def step_batches(trainer: Trainer, *, steps: int) -> list[list[tuple[torch.Tensor, torch.Tensor]]]:
+    """The micro batches of the epoch's first ``steps`` steps, in memory: the bare and plain steps
+    run the batches the trainer ran (their real-token counts, so their shapes, vary per step as in
+    training; one batch repeated would hit warm kernel caches the trainer does not)."""
+    stream = sd.TrainStream(trainer.train_plan, num_workers=0).loader(0)
+    dev = trainer.engine.device
+    micro = [(b.input_ids.to(dev), b.segment_ids.to(dev)) for _, b in zip(range(steps * trainer.accum), stream)]
+    return [micro[i:i + trainer.accum] for i in range(0, len(micro), trainer.accum)]
+
+
+def _rate(one, batches) -> float:
+    one(batches[0])  # warm-up
+    t0 = time.perf_counter()
+    for step in batches:
+        one(step)
+    return len(batches) / (time.perf_counter() - t0)
+
+
+def bare_step_rate(trainer: Trainer, batches) -> float:
+    """Optimizer steps/s of the engine alone on in-memory batches."""
     eng = trainer.engine
 
-    def one():
-        for _ in range(trainer.accum):
+    def one(step):
+        for ids, seg in step:
             out = eng(ids, seg)
             eng.backward(out.loss)
             eng.step()
-
-    one()
-    t0 = time.perf_counter()
-    for _ in range(steps):
-        one()
-    return steps / (time.perf_counter() - t0)
+    return _rate(one, batches)
 
 
-def end_to_end(run_dir: Path, *, warmup: int) -> tuple[float, float]:
-    """(steps/s, tokens/s) of the trainer after ``warmup`` steps, from metrics.jsonl."""
+def plain_step_rate(cfg, batches) -> float:
+    """Optimizer steps/s of the same model and objective with no engine: fp32 parameters, our
+    optimiser, ``torch.autocast`` when the run is bf16, the same micro batches per step (the bare
+    step of ``benchmarks/step.py``). What the trainer would cost if DeepSpeed cost nothing."""
+    from benchmarks.step import Ours
+
+    plain = Ours(cfg, cfg.train.precision == "bf16")
+
+    def one(step):
+        for ids, seg in step:
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=plain.bf16):
+                out = plain.obj(ids, seg)
+            (out.loss / len(step)).backward()
+        clip_grad_norm(plain.obj.parameters(), plain.clip)
+        plain.opt.step()
+        plain.opt.zero_grad(set_to_none=True)
+    return _rate(one, batches)
+
+
+def end_to_end(run_dir: Path, *, warmup: int) -> tuple[float, float, float]:
+    """(steps/s, tokens/s) of the trainer after ``warmup`` steps, from metrics.jsonl, and the
+    seconds of the warm-up steps (start-up: every stream's first shards are read then)."""
     recs = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    recs = [r for r in recs if r.get("kind") == "train" and r["step"] > warmup]
-    seconds = sum(r["tokens"] / r["tokens_per_sec"] for r in recs)
-    return len(recs) / seconds, sum(r["tokens"] for r in recs) / seconds
+    recs = [r for r in recs if r.get("kind") == "train"]
+    seconds = {r["step"]: r["tokens"] / r["tokens_per_sec"] for r in recs}
+    steady = [r for r in recs if r["step"] > warmup]
+    total = sum(seconds[r["step"]] for r in steady)
+    return (len(steady) / total, sum(r["tokens"] for r in steady) / total,
+            sum(t for step, t in seconds.items() if step <= warmup))
 
 
 def make_corpus(root: Path, seq_len: int, shards: str = "4x600") -> Path:
@@ -209,14 +254,19 @@ def main() -> None:
     ap.add_argument("--config", default=str(REPO / "electra/configs/small.json"), help="preset")
     ap.add_argument("--data", help="corpus location (default: a generated synthetic corpus)")
     ap.add_argument("--s3", action="store_true", help="also stream from a loopback S3 server (moto)")
-    ap.add_argument("--steps", type=int, default=12, help="trainer steps")
-    ap.add_argument("--warmup", type=int, default=2, help="steps left out of the end-to-end figure")
+    ap.add_argument("--steps", type=int, default=30, help="trainer steps")
+    ap.add_argument("--warmup", type=int, default=10, help="steps left out of the end-to-end figure "
+                    "(start-up: the first steps read the first shards of every stream)")
     ap.add_argument("--global-batch", type=int, default=32, help="train.global_batch_size")
     ap.add_argument("--set", action="append", default=[], help="config override (repeatable)")
     ap.add_argument("--seq-len", type=int, default=128, help="synthetic corpus's seq_len (preset leaves it open)")
     ap.add_argument("--synthetic-shards", default="4x600", help="synthetic train split: SHARDSxEXAMPLES")
+    ap.add_argument("--rank-workers", type=int, default=2,
+                    help="loader workers per simulated rank in the bytes-per-rank figure (2: the CUDA default)")
     ap.add_argument("--loader-only", action="store_true", help="only the loader figures (no trainer)")
     args = ap.parse_args()
+    if not args.loader_only and args.steps <= args.warmup:
+        ap.error(f"--steps {args.steps} leaves no step after the --warmup {args.warmup}: raise --steps")
     tmp = Path(tempfile.mkdtemp(prefix="bench_train_"))
     if args.data:  # the corpus's (the presets leave data.seq_len to it)
         seq_len = schema.Manifest.parse(schema.read_manifest_bytes(args.data), args.data).seq_len
@@ -247,13 +297,15 @@ def measure(args: argparse.Namespace, tmp: Path, *, data: str, s3_data: str | No
     trainer = runner.build()
     cfg = trainer.cfg
     runner.train()
-    e2e_steps, e2e_tokens = end_to_end(tmp / "run", warmup=args.warmup)
+    e2e_steps, e2e_tokens, startup = end_to_end(tmp / "run", warmup=args.warmup)
     # after the run, on the warmed-up engine, right next to the end-to-end window: measured
     # before it, the first steps' allocations made the bare step look 2-3x slower
-    bare = bare_step_rate(trainer, steps=max(3, args.steps - args.warmup))
+    batches = step_batches(trainer, steps=max(4, args.steps - args.warmup + 1))
+    bare = bare_step_rate(trainer, batches)
+    plain = plain_step_rate(cfg, batches)
     consumed = e2e_steps * cfg.train.global_batch_size
     plan = trainer.train_plan
-    workers, prefetch = cfg.data.num_workers, cfg.data.prefetch_shards
+    workers, prefetch = sd.loader_workers(cfg.data.num_workers), cfg.data.prefetch_shards
     loader = loader_rate(plan, workers=workers, prefetch=prefetch)  # the copy the trainer read
     if s3_data is None:
         loaders = {"loader_samples_per_sec": round(loader, 1), "loader_headroom_x": round(loader / consumed, 1)}
@@ -262,16 +314,20 @@ def measure(args: argparse.Namespace, tmp: Path, *, data: str, s3_data: str | No
         loaders = {"loader_s3_samples_per_sec": round(loader, 1), "loader_local_samples_per_sec": round(local, 1),
                    "s3_loader_over_consumption_x": round(loader / consumed, 1),
                    "local_loader_over_consumption_x": round(local / consumed, 1)}
-    loaders["bytes_per_rank"] = rank_bytes(plan, world=2, workers=workers, prefetch=prefetch)
+    loaders["bytes_per_rank"] = rank_bytes(plan, world=2, workers=args.rank_workers, prefetch=prefetch)
     return {
         "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
         "threads": torch.get_num_threads(), "precision": cfg.train.precision,
         "global_batch": cfg.train.global_batch_size, "micro_batch": plan.micro_batch, "seq_len": seq_len,
-        "trained_from": s3_data or data, "loader_workers": cfg.data.num_workers,
+        "trained_from": s3_data or data, "loader_workers": workers,
         "prefetch_shards": prefetch, "loader_epoch_samples": plan.steps_per_epoch * plan.per_rank,
         "trainer_samples_per_sec": round(consumed, 2), **loaders,
+        "warmup_steps": args.warmup, "warmup_seconds": round(startup, 2),
         "e2e_steps_per_sec": round(e2e_steps, 4), "bare_steps_per_sec": round(bare, 4),
+        "plain_steps_per_sec": round(plain, 4),
         "e2e_tokens_per_sec": round(e2e_tokens, 1), "overhead_pct": round(100 * (1 - e2e_steps / bare), 2),
+        "engine_overhead_pct": round(100 * (1 - bare / plain), 2),
+        "overhead_vs_plain_pct": round(100 * (1 - e2e_steps / plain), 2),
         "mfu_last_step": _last_mfu(tmp / "run"),
     }
 

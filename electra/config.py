@@ -138,7 +138,9 @@ class DataConfig:
     # None: the corpus's (manifest.seq_len), which is what a run uses; a value is a check that
     # the corpus was packed at that length.
     seq_len: int | None = None
-    num_workers: int = 2
+    # DataLoader worker processes per rank. "auto": 2 on CUDA, 0 on a CPU, where the step's threads
+    # use every core and worker processes only take cycles from it (electra.data.loader_workers).
+    num_workers: int | Literal["auto"] = "auto"
     shuffle_buffer: int = 2000
     # Canonical streams of the elastic sample order (electra/sample_order.py): each global batch
     # draws from gcd(global_batch_size, streams) regions of the shuffled corpus, and a rank reads
@@ -160,7 +162,8 @@ class DataConfig:
     def validate(self) -> None:
         check(self.seq_len is None or self.seq_len >= 8, "seq_len must be >= 8 (or null: the corpus's)")
         check(self.streams >= 1 and self.eval_batches >= 0, "streams must be >= 1 and eval_batches >= 0")
-        check(self.num_workers >= 0 and self.prefetch_shards >= 0, "num_workers and prefetch_shards must be >= 0")
+        check(self.num_workers == "auto" or self.num_workers >= 0, 'num_workers must be >= 0 or "auto"')
+        check(self.prefetch_shards >= 0, "prefetch_shards must be >= 0")
         check(self.shuffle_buffer >= 1, "shuffle_buffer must be >= 1")
 
 

@@ -173,6 +173,18 @@ class EpochStream(torch.utils.data.IterableDataset):
                 reported_bytes, reported_reads = done, len(reads)
 
 
+def loader_workers(setting: int | str, *, cuda: bool | None = None) -> int:
+    """DataLoader worker processes for ``data.num_workers``: a number as given; ``"auto"``: 2 on
+    CUDA, where the loader overlaps the GPU's work, and 0 on a CPU. There the step's threads use
+    every core, and worker processes only take cycles from them (more than their own work: the
+    step's OpenMP threads wait at each barrier for the one a worker displaced), while the loader's
+    work is a fraction of a percent of a step; in the training process the shards are still read
+    ahead by ``data.prefetch_shards`` threads, which hide a store's latency."""
+    if setting != "auto":
+        return int(setting)
+    return 2 if (torch.cuda.is_available() if cuda is None else cuda) else 0
+
+
 def _identity(x):
     return x
 

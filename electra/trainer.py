@@ -76,8 +76,9 @@ class Trainer:
         self.last_norm = None
         self.train_plan = self._stream_plan(train_shards, shuffle=True)
         self.validation_plan = self._stream_plan(validation_shards, shuffle=False)
-        self.train_stream = sdata.TrainStream(self.train_plan, num_workers=self.cfg.data.num_workers,
-                                              prefetch=self.cfg.data.prefetch_shards, start=start.position)
+        data = self.cfg.data
+        self.train_stream = sdata.TrainStream(self.train_plan, num_workers=sdata.loader_workers(data.num_workers),
+                                              prefetch=data.prefetch_shards, start=start.position)
         self.metrics = MetricsLog(self.run_dir, enabled=self.rank0, resume_step=self.step)
         self.samples = SampleLog(self.run_dir, dist.rank, enabled=self.cfg.data.log_samples,
                                  resume_step=self.step)

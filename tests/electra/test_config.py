@@ -104,7 +104,9 @@ def test_overrides_are_parsed_and_type_checked():
     ("model.hidden_sizes=3", r"unknown key\(s\) \['hidden_sizes'\]"),
     ("objective.kind=bert", r"tiny.json: config.objective.kind: 'bert' is not one of \['electra', 'mlm'\]"),
     ("train.precision=fp8", r"config.train.precision: 'fp8' is not one of \['fp32', 'bf16', 'fp16'\]"),
-    ("data.prefetch_shards=-1", r"config.data: num_workers and prefetch_shards must be >= 0"),
+    ("data.prefetch_shards=-1", r"config.data: prefetch_shards must be >= 0"),
+    ("data.num_workers=-1", r'config.data: num_workers must be >= 0 or "auto"'),
+    ("data.num_workers=some", r"config.data.num_workers: 'some' fits none of"),
     ("model.num_heads=3", r"not divisible by num_heads"),
     ("data.seq_len=1024", r"exceeds model.max_position_embeddings"),
 ])

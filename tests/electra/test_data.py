@@ -305,3 +305,10 @@ def test_block_shuffle_and_schedule(corpus):
         assert {w: (min(s), max(s)) for w, s in uses.items()} == {
             w: (f, l) for w, f, l in zip(sched.order.tolist(), sched.first.tolist(), sched.last.tolist())}
         assert list(sched.first) == sorted(sched.first)
+
+
+def test_auto_loader_workers_are_processes_on_cuda_only():
+    # on a CPU the step's threads use every core: worker processes would only take cycles from it
+    assert sd.loader_workers("auto", cuda=False) == 0
+    assert sd.loader_workers("auto", cuda=True) == 2
+    assert sd.loader_workers(3, cuda=False) == 3 and sd.loader_workers(0, cuda=True) == 0
