@@ -93,6 +93,17 @@ class CorpusInfo:
     def tokenizer_uri(self) -> str:
         return self.uri(self.manifest.tokenizer.path)
 
+    def copy_tokenizer(self, dest: str) -> None:
+        """The corpus tokenizer's files into the folder ``dest`` (a path or URI). By name, not by
+        listing: an https:// corpus cannot be listed. The optional files may be absent;
+        tokenizer.json itself was read (and its sha256 checked) by ``open_corpus``."""
+        for name in schema.TOKENIZER_FILES:
+            try:
+                data = storage.read_bytes(storage.join(self.tokenizer_uri, name))
+            except storage.StorageError:
+                continue
+            storage.write_bytes(storage.join(dest, name), data)
+
 
 @dataclass(frozen=True)
 class ShardRef:

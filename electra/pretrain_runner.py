@@ -34,7 +34,6 @@ from electra.pretrain_job import PretrainJob
 from electra.pretrain_plan import RunPlan, resolve
 from electra.seeding import seed_everything
 from electra.trainer import StartState, Trainer, TrainHooks
-from pipelines.schema import TOKENIZER_FILES
 
 log = logging.getLogger("electra.train")
 PHASES = ("resolve", "prepare", "build", "train", "export")
@@ -77,12 +76,7 @@ class PretrainRunner:
             layout.clean_incomplete(plan.run_dir)
             for name, obj in ((layout.CONFIG, plan.cfg.to_dict()), (layout.DEEPSPEED_CONFIG, plan.ds_config)):
                 storage.write_bytes(str(plan.run_dir / name), (json.dumps(obj, indent=2) + "\n").encode())
-            for name in TOKENIZER_FILES:  # by name, not by listing: an https:// corpus cannot be listed
-                try:
-                    data = storage.read_bytes(storage.join(plan.corpus.tokenizer_uri, name))
-                except storage.StorageError:  # optional files; tokenizer.json was read by resolve
-                    continue
-                storage.write_bytes(str(plan.run_dir / layout.TOKENIZER / name), data)
+            plan.corpus.copy_tokenizer(str(plan.run_dir / layout.TOKENIZER))
         self.shards = D.on_rank0(lambda: (plan.train_shards, plan.validation_shards))
         D.barrier()
 

@@ -24,10 +24,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from common import storage
 from electra.pretrain_job import PretrainJob
 from electra.pretrain_plan import RunPlan, resolve
-from pipelines.schema import TOKENIZER_FILES
 
 log = logging.getLogger(__name__)
 
@@ -51,12 +49,7 @@ def export_random_init(config: str | Path, corpus: str, out_dir: str | Path, *, 
     # the discriminator bias at the prior), so the default seed gives the run's step 0.
     model = build_objective(plan).model
     with tempfile.TemporaryDirectory(prefix="tokenizer-") as tok:
-        for name in TOKENIZER_FILES:  # by name: a remote corpus cannot be listed
-            try:
-                data = storage.read_bytes(storage.join(plan.corpus.tokenizer_uri, name))
-            except storage.StorageError:  # the optional files; tokenizer.json was read by resolve
-                continue
-            (Path(tok) / name).write_bytes(data)
+        plan.corpus.copy_tokenizer(tok)
         export_hf(model, plan.cfg.model, out_dir, tokenizer_dir=tok)
     log.info("random initialisation (seed %d) of %s exported to %s", plan.cfg.train.seed, config, out_dir)
     return Path(out_dir)

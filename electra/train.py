@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None, *, hooks=None) -> int:
     args = parse_args(argv)  # --help and usage errors before the heavy imports
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from electra import distributed as D
-    from electra.pretrain_runner import PretrainRunner
+    from electra.pretrain_runner import PHASES, PretrainRunner
     from electra.trainer import TrainHooks
 
     runner = PretrainRunner(job=None, hooks=hooks or TrainHooks())
@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None, *, hooks=None) -> int:
         if os.environ.get("RANK", "0") == "0":  # every rank finds the same error: say it once
             print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
-    for phase in ("prepare", "build", "train", "export"):
+    for phase in PHASES[PHASES.index("resolve") + 1:]:
         getattr(runner, phase)()
     D.shutdown()
     return 0
