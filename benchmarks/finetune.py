@@ -166,7 +166,8 @@ def main() -> None:
 
     recipe = recipe_for_size("small", batch_size=args.batch, max_seq_len=args.max_len,
                              precision=args.precision, device=args.device, num_threads=args.threads,
-                             length_buckets=args.length_buckets, eval_batch_size=128)
+                             length_buckets=args.length_buckets, eval_batch_size=128,
+                             optimizer="adamw")  # the HF side's fused AdamW: like for like
     device = resolve_device(recipe)
     precision = resolve_precision(recipe, device)
     features = cpu_features()

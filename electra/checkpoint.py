@@ -6,13 +6,17 @@ The run directory's layout (names, listing, ``meta.json``, ``latest``, pruning) 
     RUN_DIR/checkpoints/step_00001000/
         DeepSpeed's files         model, optimiser, scheduler; one per rank
         rng_rank{R}.json          python / numpy / torch CPU (+ CUDA) generator states, per rank
+        eval_pending.json         the evaluation pin, by rank 0, when pinning is on
         meta.json                 written LAST, by rank 0, after a barrier: the completion marker
 
-Commit protocol: every rank writes its DeepSpeed shards and its RNG file, all ranks meet at a
-barrier, then rank 0 writes ``meta.json`` (atomic) and only then swaps ``latest`` (atomic), then
-prunes to the last ``keep_last``. A kill at any point leaves either the old ``latest`` (the new
+Commit protocol: every rank writes its DeepSpeed shards and its RNG file (rank 0 also the pin,
+``electra.eval_handoff``, when a hand-off policy is given), all ranks meet at a barrier, then
+rank 0 writes ``meta.json`` (atomic) and only then swaps ``latest`` (atomic), then applies the
+hand-off policy (skips the oldest waiting pins over ``eval_max_pending``) and prunes to the last
+``keep_last`` plus the pinned ones. A kill at any point leaves either the old ``latest`` (the new
 dir has no ``meta.json`` and is ignored, then deleted at the next start) or the new one; never a
-pointer to a half-written checkpoint.
+pointer to a half-written checkpoint. The pin is committed with ``meta.json``: a complete
+checkpoint of a pinning run always has its pin until released.
 
 RNG states are JSON (base64 for torch's byte tensors), never pickles. Loading goes through
 ``electra.deepspeed_states.install_safe_loader``, so DeepSpeed's own ``torch.load`` calls read
@@ -39,6 +43,7 @@ import numpy as np
 import torch
 
 from common.storage import write_bytes
+from electra import eval_handoff as handoff_
 from electra import run_layout as layout
 from electra import universal_checkpoint as universal_ckpt
 from electra.deepspeed_states import install_safe_loader, safe_load, weights_only_loads
@@ -81,11 +86,12 @@ def _unb64(s: str) -> torch.Tensor:
 
 
 def save_checkpoint(engine, run_dir: str | Path, meta: CheckpointMeta, *, rank: int, keep_last: int,
-                    barrier, before_commit=None) -> Path:
+                    barrier, before_commit=None, handoff: handoff_.Policy | None = None) -> Path:
     """Write one checkpoint with the commit protocol above; every rank calls it.
 
-    ``before_commit`` runs after the shards are written and before ``meta.json`` (tests use it
-    to kill the process at the worst moment)."""
+    ``before_commit`` runs after the shards (and the pin) are written and before ``meta.json``
+    (tests use it to kill the process at the worst moment). ``handoff``: pin the checkpoint
+    until its evaluation releases it, with this skip policy (``electra.eval_handoff``)."""
     root = layout.checkpoints_dir(run_dir)
     step_dir = layout.step_dir(run_dir, meta.step)
     if rank == 0 and step_dir.exists():  # a leftover of an interrupted write of this same step
@@ -95,13 +101,18 @@ def save_checkpoint(engine, run_dir: str | Path, meta: CheckpointMeta, *, rank: 
     barrier()
     engine.save_checkpoint(str(root), tag=step_dir.name, save_latest=False)
     write_bytes(str(step_dir / f"rng_rank{rank}.json"), json.dumps(rng_state()).encode())
+    if rank == 0 and handoff is not None:  # before meta.json: committed with the checkpoint
+        handoff_.pin(step_dir)
     barrier()  # every rank's shards are on disk before the checkpoint is declared complete
     if before_commit is not None:
         before_commit()
     if rank == 0:
         write_bytes(str(step_dir / layout.META), meta.to_json())
         write_bytes(str(root / layout.LATEST), (step_dir.name + "\n").encode())
-        layout.prune(run_dir, keep_last)
+        if handoff is not None:
+            handoff_.apply_policy(run_dir, max_pending=handoff.max_pending, keep_every=handoff.keep_every,
+                                  save_every=handoff.save_every)
+        layout.prune(run_dir, keep_last)  # pinned checkpoints stay
         universal_ckpt.prune_orphans(run_dir)
     barrier()
     return step_dir

@@ -179,7 +179,20 @@ class TrainConfig:
     micro_batch_size: int = 32
     max_steps: int | None = None  # None: optimizer.total_steps
     save_every: int = 1000
-    keep_last: int = 3
+    keep_last: int = 3  # newest checkpoints kept; pinned ones (below) are kept on top of these
+    # The checkpoint hand-off to the evaluation (electra/eval_handoff.py). True: every committed
+    # checkpoint is pinned (RUN/checkpoints/step_N/eval_pending.json) and survives pruning until
+    # its evaluation releases it or the policy below skips it (RUN/eval/skipped.jsonl). None
+    # ("auto"): True when a Prefect API is configured (common.events.prefect_api_url), i.e. when
+    # the trainer's checkpoint event starts an evaluation per checkpoint; else False.
+    keep_until_evaluated: bool | None = None
+    # The most pinned checkpoints still waiting for evaluation (>= 1); beyond it the oldest waiting
+    # one is skipped (the evaluation takes the newest first), so disk stays bounded when
+    # evaluating is slower than checkpointing.
+    eval_max_pending: int = 3
+    # Milestones the policy never skips: every k-th checkpoint (step a multiple of
+    # k * save_every). 0: none. Each costs one checkpoint of disk until evaluated.
+    eval_keep_every: int = 0
     log_every: int = 10
     eval_every: int = 1000
     seed: int = 42
@@ -199,6 +212,11 @@ class TrainConfig:
 
     def validate(self) -> None:
         check(self.micro_batch_size > 0 and self.global_batch_size > 0, "batch sizes must be positive")
+        check(self.save_every >= 1, "save_every must be >= 1")
+        # 0 would prune the checkpoint just committed, and with it the one `latest` names.
+        check(self.keep_last >= 1, "keep_last must be >= 1")
+        check(self.eval_max_pending >= 1, "eval_max_pending must be >= 1")
+        check(self.eval_keep_every >= 0, "eval_keep_every must be >= 0 (0: no milestones)")
 
 
 @dataclass(frozen=True)

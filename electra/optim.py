@@ -102,12 +102,20 @@ class AdamWeightDecay(torch.optim.Optimizer):
         torch._foreach_addcdiv_(params, exp_avgs, denom, value=-step_size)
 
 
+def uses_weight_decay(param: torch.Tensor) -> bool:
+    """The original's exclusion rule: only >= 2-D tensors decay (biases and LayerNorm are 1-D).
+
+    The one copy of the rule, shared by pre-training (``parameter_groups``) and fine-tuning
+    (``electra.finetune.recipe.param_groups``)."""
+    return param.ndim >= 2
+
+
 def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     """Two groups: >= 2-D weights decay, 1-D tensors (biases, LayerNorm) do not. Frozen params are left out."""
     decay, no_decay = [], []
     for _, p in model.named_parameters():  # shared tensors (the embedding block) appear once
         if p.requires_grad:
-            (decay if p.ndim >= 2 else no_decay).append(p)
+            (decay if uses_weight_decay(p) else no_decay).append(p)
     return [{"params": decay, "weight_decay": weight_decay},
             {"params": no_decay, "weight_decay": 0.0}]
 

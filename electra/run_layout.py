@@ -11,9 +11,12 @@ so a rename or a new completeness rule cannot leave one of them behind::
         metrics.jsonl             train/eval/data records (electra.metrics_log)
         hf/                       the final Hugging Face export (discriminator/, generator/)
         eval/step_NNNNNNNN/       fine-tuning results of one checkpoint (flows.evaluate)
+        eval/skipped.jsonl        checkpoints the evaluation hand-off gave up on (electra.eval_handoff)
         checkpoints/
             step_NNNNNNNN/        one checkpoint; complete iff meta.json is in it
                 meta.json         written last (the commit marker, electra.checkpoint)
+                eval_pending.json the pin: kept until evaluated (train.keep_until_evaluated)
+                eval_claimed.json the pin once an evaluation has claimed it (electra.eval_handoff)
                 hf/               its export when train.export_every_checkpoint is on
             latest                text file naming the newest complete step dir
 
@@ -22,6 +25,12 @@ evaluated, and ``clean_incomplete`` deletes it at the next start. ``latest`` is 
 truth: when it is missing or names an incomplete dir, the newest complete dir is used. Step dirs
 sort by name because the step is zero-padded to eight digits (``step_name``); the listing
 ignores anything that does not parse as ``step_<digits>``.
+
+Pruning keeps the newest ``keep_last`` complete checkpoints and every PINNED one (a pin file,
+``eval_pending.json`` or ``eval_claimed.json``, in the step dir: its evaluation has not finished;
+``electra.eval_handoff`` writes and removes pins and explains why this is safe against an
+evaluator pruning at the same time). A pinned checkpoint still counts among the newest
+``keep_last``: pins add checkpoints on disk, they never push an unpinned new one out.
 
 Nothing here imports torch or DeepSpeed: the fine-tuning side reads run directories without them.
 """
@@ -47,6 +56,9 @@ METRICS = "metrics.jsonl"
 TENSORBOARD = "tensorboard"
 HF = "hf"
 EVAL = "eval"
+PIN = "eval_pending.json"  # a pin waiting for its evaluation (electra.eval_handoff)
+CLAIM = "eval_claimed.json"  # the same pin, renamed once an evaluation has claimed the checkpoint
+SKIPPED = "skipped.jsonl"  # RUN/eval/skipped.jsonl: checkpoints whose evaluation was given up
 STEP_PREFIX = "step_"
 
 
@@ -81,6 +93,12 @@ def eval_dir(run_dir: str | Path, step_dir_name: str) -> Path:
 
 def is_complete(step_dir: str | Path) -> bool:
     return (Path(step_dir) / META).is_file()
+
+
+def is_pinned(step_dir: str | Path) -> bool:
+    """True while the checkpoint waits for (or is in) its evaluation: prune leaves it alone."""
+    step_dir = Path(step_dir)
+    return (step_dir / PIN).is_file() or (step_dir / CLAIM).is_file()
 
 
 def _all_step_dirs(run_dir: str | Path) -> list[Path]:
@@ -160,9 +178,23 @@ def clean_incomplete(run_dir: str | Path) -> list[Path]:
 
 
 def prune(run_dir: str | Path, keep_last: int) -> list[Path]:
-    """Delete all but the newest ``keep_last`` complete checkpoints; returns what was deleted."""
+    """Delete the complete checkpoints that are neither among the newest ``keep_last`` nor pinned;
+    returns what was deleted.
+
+    Only complete dirs are considered: a dir being written (no ``meta.json`` yet) is never
+    touched, which is what makes a pin written before ``meta.json`` safe. A complete dir never
+    gains a pin (pins are written before the commit only), so "complete and unpinned" cannot
+    change between the check and the delete. Each deletion removes ``meta.json`` first: a reader
+    listing the run meanwhile sees an incomplete dir (ignored), never half a checkpoint. Two
+    processes pruning the same run at once delete the same dirs; ``ignore_errors`` absorbs the
+    files the other one removed first."""
     complete = step_dirs(run_dir)
-    doomed = complete[: max(0, len(complete) - keep_last)]
+    older = complete[: max(0, len(complete) - keep_last)]
+    doomed = [d for d in older if not is_pinned(d)]
     for d in doomed:
+        try:
+            (d / META).unlink(missing_ok=True)
+        except OSError:  # e.g. the dir went away with the other pruner's rmtree
+            pass
         shutil.rmtree(d, ignore_errors=True)
     return doomed

@@ -8,6 +8,10 @@ validation every ``eval_every``, checkpoints every ``save_every`` and at the end
 Face export ``RUN_DIR/hf``. After each checkpoint commit, rank 0 emits the Prefect event
 ``electra.checkpoint.committed`` when a Prefect API is configured (``common.events``: on a
 background thread, never waited on); the ``evaluate`` deployment's trigger starts from it.
+With ``train.keep_until_evaluated`` (auto: on when that API is configured) each checkpoint is
+pinned until its evaluation releases it, so pruning cannot delete it before its turn
+(``electra.eval_handoff``: the pin, the skip policy, and why it is safe with an evaluator pruning
+at the same time).
 
 Exact resume rests on three things: the data position (epoch, global step) in ``meta.json``,
 which names the same examples for any number of ranks (``electra.sample_order``); every RNG the
@@ -39,6 +43,7 @@ from common import events
 from electra import checkpoint as ckpt
 from electra import data as sdata
 from electra import distributed as D
+from electra import eval_handoff
 from electra import run_layout as layout
 from electra.metrics_log import MetricsLog, MetricWindow, peak_flops, train_record
 from electra.pretrain_plan import RunPlan, config_hash
@@ -69,6 +74,11 @@ class Trainer:
         self.plan, self.cfg, self.dist, self.engine, self.hooks = plan, plan.cfg, dist, engine, hooks
         self.run_dir, self.corpus = plan.run_dir, plan.corpus
         self.rank0 = dist.rank == 0
+        self.handoff = eval_handoff.policy_for(self.cfg.train)  # None: checkpoints are not pinned
+        if self.rank0:
+            log.info("checkpoint hand-off: %s", "off (pruned to train.keep_last)" if self.handoff is None else
+                     f"pinned until evaluated (at most {self.handoff.max_pending} waiting; milestones every "
+                     f"{self.handoff.keep_every} checkpoint(s), 0 = none)")
         self.accum = plan.geometry.accum
         self.step, self.tokens_seen, self.wall_before = start.step, start.tokens_seen, start.wall_time
         # DeepSpeed records the global grad norm except for ZeRO-0 in fp32; measure it ourselves there.
@@ -181,7 +191,8 @@ class Trainer:
         before = self.hooks.before_commit
         hook = (lambda step=self.step: before(step)) if before is not None else None
         path = ckpt.save_checkpoint(self.engine, self.run_dir, meta, rank=self.dist.rank,
-                                    keep_last=self.cfg.train.keep_last, barrier=D.barrier, before_commit=hook)
+                                    keep_last=self.cfg.train.keep_last, barrier=D.barrier, before_commit=hook,
+                                    handoff=self.handoff)
         if self.cfg.train.export_every_checkpoint:
             self.export(path / layout.HF)
         if self.rank0:  # committed (and exported): tell Prefect, without waiting (common.events)

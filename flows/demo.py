@@ -114,11 +114,15 @@ def main(argv: list[str] | None = None) -> int:
     _run([py, "-m", "electra.random_init", "--config", TINY, "--data", corpus, *recipe,
           "--out", str(out / "random_init")])
     rows = {}
-    for name, checkpoint in (("pre-trained", out / "run"), ("random init", out / "random_init")):
+    # random init first: the pre-trained report then shows its scores beside every score
+    for name, checkpoint in (("random init", out / "random_init"), ("pre-trained", out / "run")):
         ev = out / "eval" / name.replace(" ", "_").replace("-", "_")
+        reference = ["--reference", str(out / "eval" / "random_init")] if name == "pre-trained" else []
         _run([py, "-m", "flows.evaluate", "--checkpoint", str(checkpoint), "--glue-dir", str(glue),
-              "--tasks", "SST-2", "--seeds", str(args.seeds), "--size", "small", *FINETUNE, "--out", str(ev)])
+              "--tasks", "SST-2", "--seeds", str(args.seeds), "--size", "small", *FINETUNE,
+              *reference, "--out", str(ev)])
         rows[name] = seed_scores(ev / "results.json")
+    rows = {name: rows[name] for name in ("pre-trained", "random init")}
     print(_table(rows))
     print(f"\ncorpus:  {out / 'corpus' / 'manifest.json'}\nrun:     {out / 'run'}\n"
           f"reports: {out / 'eval' / 'pre_trained' / 'report.html'}, {out / 'eval' / 'random_init' / 'report.html'}")

@@ -40,7 +40,7 @@ def trainer_command(*, config: str, data: str, out: str, num_gpus: int | None, h
 @flow(name="pretrain", log_prints=True)
 def pretrain(config: str, data: str, out: str, num_gpus: int | None = None, hostfile: str | None = None,
              max_steps: int | None = None, overrides: list[str] | None = None,
-             evaluate_glue_dir: str | None = None, evaluate_tasks: str = "") -> str:
+             evaluate_glue_dir: str | None = None, evaluate_tasks: str | None = None) -> str:
     """Train (or resume) a run; returns the run directory."""
     logger = get_run_logger()
     if hostfile is None:  # the world size is known here; with a hostfile the trainer resolves it

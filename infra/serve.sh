@@ -10,13 +10,33 @@ PORT="${PREFECT_PORT:-4200}"
 export PREFECT_API_URL="http://127.0.0.1:${PORT}/api"
 PREFECT=.venv/bin/prefect
 
+# The evaluate deployments read their data from here (electra/finetune/evaluation_job.py): fail
+# now, naming the variable, rather than at the first committed checkpoint.
+if [ -z "${ELECTRA_GLUE_DIR:-}" ] || [ ! -d "${ELECTRA_GLUE_DIR}" ]; then
+    echo "make serve: ELECTRA_GLUE_DIR='${ELECTRA_GLUE_DIR:-}' is not a folder; set it to the official GLUE download (CoLA/, MRPC/, STS-B/, RTE/, ...), e.g. ELECTRA_GLUE_DIR=\$HOME/glue_data make serve" >&2
+    exit 2
+fi
+if [ -n "${ELECTRA_SQUAD_DIR:-}" ] && [ ! -d "${ELECTRA_SQUAD_DIR}" ]; then
+    echo "make serve: ELECTRA_SQUAD_DIR='${ELECTRA_SQUAD_DIR}' is not a folder (unset it to evaluate GLUE only)" >&2
+    exit 2
+fi
+export ELECTRA_GLUE_DIR="$(cd "$ELECTRA_GLUE_DIR" && pwd)"
+[ -n "${ELECTRA_SQUAD_DIR:-}" ] && export ELECTRA_SQUAD_DIR="$(cd "$ELECTRA_SQUAD_DIR" && pwd)"
+
 "$PREFECT" server start --host 127.0.0.1 --port "$PORT" &
 SERVER=$!
 WORKER=""
-cleanup() {
+cleanup() {  # stop the worker and the server; after 10 s of graceful shutdown, kill them
     trap - EXIT INT TERM
-    [ -n "$WORKER" ] && kill "$WORKER" 2>/dev/null || true
-    kill "$SERVER" 2>/dev/null || true
+    local pids="$SERVER ${WORKER}"
+    kill $pids 2>/dev/null || true
+    for _ in $(seq 1 20); do
+        local alive=""
+        for p in $pids; do kill -0 "$p" 2>/dev/null && alive=1; done
+        [ -z "$alive" ] && break
+        sleep 0.5
+    done
+    kill -9 $pids 2>/dev/null || true
     wait 2>/dev/null || true
 }
 trap cleanup EXIT INT TERM

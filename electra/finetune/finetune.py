@@ -6,7 +6,8 @@ MRPC and STS-B also train on the swapped pair ``(b, a)``, which doubles their sm
 sets and makes the classifier symmetric), then per seed: fresh encoder from the export + fresh
 head, the paper's recipe (``loop.train``), predictions on every dev split written to
 ``predictions/<task>/seed<N>.jsonl`` and scored FROM THAT FILE (``predictions.recompute_metrics``),
-so reported and recomputed scores are the same numbers by construction.
+so reported and recomputed scores are the same numbers by construction. Beside them the task's
+majority-class (STS-B: training-mean) baseline on the same dev sets (``baselines``).
 
 The MNLI model also predicts the AX diagnostic set and, when present, WNLI's test set (WNLI is an
 entailment task; the GLUE baselines and BERT submit it from an NLI model or as the majority
@@ -29,7 +30,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from . import glue_tasks
+from . import baselines, glue_tasks
 from .glue_tasks import GlueExample, TaskSpec
 from .heads import FinetuneModel, SequenceHead, sequence_loss
 from .loop import load_tokenizer, predict, resolve_device, seed_everything, train
@@ -157,11 +158,13 @@ def finetune_glue(task: TaskSpec | str, *, model_dir: str | Path, glue_dir: str 
         raise ValueError(f"{task.name}: seeds {sorted(set(only_seeds) - set(wanted))} are not in "
                          f"the recipe's seeds {recipe.seeds}")
     done = {s: load_seed(out_dir, task.name, s, key=key) for s in wanted}
+    # what predicting the training majority (STS-B: the training mean) scores on these dev sets
+    baseline = baselines.glue_baseline(task, train_ex, eval_sets)
     result = lambda seeds: TaskResult(  # noqa: E731
         task=task.name, primary=PRIMARY[task.name], seeds=seeds,
         num_train=len(glue_tasks.training_examples(task, train_ex)),
         num_eval={s: len(e) for s, e in eval_sets.items()}, data_files=data_files,
-        skipped_rows=glue_tasks.skipped_summary(loaded))
+        skipped_rows=glue_tasks.skipped_summary(loaded), baseline=baseline)
     if all(done.values()):
         return result(list(done.values()))
     tokenizer = load_tokenizer(model_dir)
@@ -186,7 +189,8 @@ def finetune_glue(task: TaskSpec | str, *, model_dir: str | Path, glue_dir: str 
         model = load_model(model_dir, lambda h: SequenceHead(h, task.num_labels,
                                                              dropout=recipe.dropout), device)
         stats = train(model, rows=rows, segs=segs, loss_fn=loss_fn, recipe=recipe,
-                      epochs=recipe.epochs or task.epochs, seed=seed, pad_id=pad_id)
+                      epochs=recipe.epochs or task.epochs, seed=seed, pad_id=pad_id,
+                      label=f"{task.name} seed {seed}")
         preds = {s: _decode(task, predict(model, rows=r, segs=g, recipe=recipe,
                                           pad_id=pad_id)[0])
                  for s, (r, g) in encoded_eval.items()}

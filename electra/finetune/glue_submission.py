@@ -18,7 +18,7 @@ from common.storage import write_bytes
 from .predictions import read_predictions
 from .results import TaskResult
 
-SUBMISSION_DIR = "glue_submission"
+from .eval_layout import SUBMISSION as SUBMISSION_DIR  # noqa: E402  (defined once)
 # split name in the test prediction file -> submission file name, per task
 _FILES = {
     "MNLI": {"test_matched": "MNLI-m.tsv", "test_mismatched": "MNLI-mm.tsv", "ax": "AX.tsv",

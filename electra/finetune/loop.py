@@ -10,11 +10,17 @@ The resolved precision is returned in ``TrainStats.precision``. With ``recipe.de
 optimiser and schedule are handed to a single-process DeepSpeed engine (``engine.backward`` /
 ``engine.step`` replace the plain calls); everything else is unchanged.
 
-Optimiser: AdamW with the LLRD parameter groups of ``recipe.param_groups`` (weight decay 0 per
-the paper), torch's fused implementation on CPU and CUDA. Schedule: ``min(1, step / warmup) × max(0, 1 - step / total)`` with warm-up = 10% of
-the steps, the original's warm-up multiplied into a linear decay. Gradient clipping at global
-norm 1.0. Batches are padded to their longest row (dynamic padding: GLUE rows are mostly much
-shorter than 128 tokens, so this is the main CPU saving).
+Optimiser (``make_optimizer``, ``recipe.optimizer``) over the parameter groups of
+``recipe.param_groups`` (an LLRD rate per depth; biases and LayerNorm in no-decay groups; weight
+decay 0 per the paper): "original" (default) is the original's Adam without bias correction,
+``electra.optim.AdamWeightDecay`` (a few multi-tensor ``_foreach`` ops per group); "adamw" is
+``torch.optim.AdamW``, fused on CPU and CUDA. The recipe's docstring compares the two. With
+DeepSpeed either is handed over as a client optimiser, unfused. Schedule:
+``min(1, step / warmup) × max(0, 1 - step / total)`` with warm-up = 10% of the steps, the
+original's warm-up multiplied into a linear decay (with a warm-up the first update runs at lr 0,
+as the original's). Gradient clipping at global norm 1.0. Batches are padded to their longest
+row (dynamic padding: GLUE rows are mostly much shorter than 128 tokens, so this is the main CPU
+saving).
 
 Length-bucketed batches (``epoch_batches``, ``recipe.length_buckets`` = k): per epoch a seeded
 permutation of the rows, cut into chunks of k × batch_size rows; each chunk is sorted by length
@@ -29,13 +35,20 @@ become nearly one-class and training can stall (README: Evaluation). Use k = 1 f
 or for paper-exact random batches.
 The generator is seeded by (seed, epoch), so a seed fully determines a run.
 
+Progress: ``train`` logs to the ``electra.finetune.progress`` logger at INFO: a line at the
+start (label, steps, epochs), at most one line per ``progress_seconds`` (step / total, epoch,
+the current epoch's mean loss so far, steps/s, ETA) and one at the end (steps, time). The
+per-step cost is one clock read; the loss is already read back per step for the epoch means.
+
 Evaluation (``predict``) runs rows sorted by length (longest first, so a batch that does not fit
 fails at once) in ``eval_batch_size`` batches and returns the outputs in the original order.
 """
 from __future__ import annotations
 
+import logging
 import math
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
@@ -46,6 +59,7 @@ import torch
 from electra.seeding import seed_everything  # noqa: F401  (re-exported for the fine-tuning modules)
 
 from ..hardware import cpu_features, native_bf16
+from ..optim import AdamWeightDecay
 from .heads import FinetuneModel
 from .recipe import FinetuneRecipe, param_groups
 
@@ -128,13 +142,63 @@ class TrainStats:
 # loss_fn(model_output, batch_indices, device) -> scalar loss
 LossFn = Callable[[object, torch.Tensor, torch.device], torch.Tensor]
 
+progress_log = logging.getLogger("electra.finetune.progress")
+
+
+def make_optimizer(model: FinetuneModel, recipe: FinetuneRecipe,
+                   device: torch.device) -> torch.optim.Optimizer:
+    """``recipe.optimizer`` over ``param_groups(model, recipe)`` (see the module docstring)."""
+    groups = param_groups(model, recipe)
+    betas = (recipe.adam_beta1, recipe.adam_beta2)
+    if recipe.optimizer == "original":
+        return AdamWeightDecay(groups, lr=recipe.lr, betas=betas, eps=recipe.adam_eps,
+                               weight_decay=recipe.weight_decay, bias_correction=False)
+    if recipe.optimizer != "adamw":
+        raise ValueError(f"unknown fine-tuning optimizer {recipe.optimizer!r}")
+    # fused AdamW: one kernel over all parameters instead of a chain of per-tensor ops (the
+    # same update; transformers' Trainer defaults to it too); DeepSpeed keeps the plain one
+    fused = device.type in ("cpu", "cuda") and not recipe.deepspeed
+    return torch.optim.AdamW(groups, lr=recipe.lr, betas=betas, eps=recipe.adam_eps,
+                             weight_decay=recipe.weight_decay, fused=fused or None)
+
+
+class _Progress:
+    """The progress lines of ``train`` (module docstring), at most one per ``every`` seconds."""
+
+    def __init__(self, label: str, total: int, epochs: float, every: float):
+        self.label, self.total, self.every = label or "fine-tuning", total, every
+        self.start = self.last = time.perf_counter()
+        progress_log.info("%s: %d steps, %g epochs", self.label, total, epochs)
+
+    def step(self, step: int, epoch: int, epochs: int, running: list[float]) -> None:
+        now = time.perf_counter()
+        if now - self.last < self.every:
+            return
+        self.last = now
+        rate = step / max(now - self.start, 1e-9)
+        progress_log.info("%s: step %d/%d (epoch %d/%d), loss %.4f, %.2f steps/s, ETA %s",
+                          self.label, step, self.total, epoch + 1, epochs,
+                          float(np.mean(running)), rate, _duration((self.total - step) / rate))
+
+    def done(self, steps: int) -> float:
+        seconds = time.perf_counter() - self.start
+        progress_log.info("%s: done, %d steps in %s", self.label, steps, _duration(seconds))
+        return seconds
+
+
+def _duration(seconds: float) -> str:
+    seconds = round(seconds)
+    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
+
 
 def train(model: FinetuneModel, *, rows: Sequence[Sequence[int]], segs: Sequence[Sequence[int]],
           loss_fn: LossFn, recipe: FinetuneRecipe, epochs: float, seed: int,
-          pad_id: int = 0) -> TrainStats:
-    """Fine-tune ``model`` in place on ``rows`` for ``epochs`` (fractions allowed)."""
-    import time
+          pad_id: int = 0, label: str = "", progress_seconds: float = 10.0) -> TrainStats:
+    """Fine-tune ``model`` in place on ``rows`` for ``epochs`` (fractions allowed).
 
+    ``label`` names the run in the progress lines ("SST-2 seed 0"); ``progress_seconds`` is the
+    least time between two of them (0: every step).
+    """
     device = next(model.parameters()).device
     precision = resolve_precision(recipe, device)
     n = len(rows)
@@ -142,18 +206,16 @@ def train(model: FinetuneModel, *, rows: Sequence[Sequence[int]], segs: Sequence
     per_epoch = math.ceil(n / recipe.batch_size)
     total = max(1, math.ceil(epochs * per_epoch))
     warmup = int(recipe.warmup_fraction * total)
-    # fused AdamW: one kernel over all parameters instead of a chain of per-tensor ops (the
-    # same update; transformers' Trainer defaults to it too); DeepSpeed keeps the plain one
-    fused = device.type in ("cpu", "cuda") and not recipe.deepspeed
-    optimizer = torch.optim.AdamW(param_groups(model, recipe), betas=(recipe.adam_beta1,
-                                  recipe.adam_beta2), eps=recipe.adam_eps, fused=fused or None)
+    optimizer = make_optimizer(model, recipe, device)
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: lr_multiplier(s, total_steps=total, warmup_steps=warmup))
     engine = (_deepspeed_engine(model, optimizer, schedule, recipe, precision)
               if recipe.deepspeed else None)
     model.train()
-    start, step, epoch_losses = time.perf_counter(), 0, []
-    for epoch in range(math.ceil(epochs)):
+    n_epochs = math.ceil(epochs)
+    progress = _Progress(label, total, epochs, progress_seconds)
+    step, epoch_losses = 0, []
+    for epoch in range(n_epochs):
         batches = epoch_batches(lengths, batch_size=recipe.batch_size,
                                 buckets=recipe.length_buckets,
                                 generator=torch.Generator().manual_seed(seed * 1000 + epoch))
@@ -169,9 +231,10 @@ def train(model: FinetuneModel, *, rows: Sequence[Sequence[int]], segs: Sequence
                   clip=recipe.grad_clip)
             running.append(float(loss.detach()))
             step += 1
+            progress.step(step, epoch, n_epochs, running)
         epoch_losses.append(float(np.mean(running)) if running else float("nan"))
     model.eval()
-    return TrainStats(steps=step, losses=epoch_losses, seconds=time.perf_counter() - start,
+    return TrainStats(steps=step, losses=epoch_losses, seconds=progress.done(step),
                       precision=precision)
 
 

@@ -27,7 +27,7 @@ from common.storage import write_bytes
 from . import metrics as glue_metrics
 from .squad_metrics import NA_THRESHOLD, squad_evaluate
 
-PREDICTIONS_DIR = "predictions"
+from .eval_layout import PREDICTIONS as PREDICTIONS_DIR  # noqa: E402  (defined once)
 
 
 def prediction_path(eval_dir: str | Path, task: str, seed: int) -> Path:

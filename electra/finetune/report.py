@@ -6,7 +6,18 @@ the GLUE average of the medians (``metrics.glue_average``) with the tasks it cov
 paper's 8-task GLUE score only when all eight are present. It is written LAST and atomically,
 so its presence marks a finished evaluation (the new-checkpoint scanner relies on this).
 
-``report.html`` is a static page: the median table, the per-seed table, ``seeds.png`` (every
+References. A median means little alone (a collapsed MRPC run scores the majority class), so
+results.json also holds each task's trivial ``baseline`` (``baselines``), their average over the
+averaged tasks (``baseline_glue_average``) and the published numbers for the recipe's size
+(``paper_reference``, from ``paper_scores``). The median table (``reference_table``, rendered
+by ``markdown_table`` and in the report) puts beside each median the baseline, one column per
+other evaluation passed as ``references`` (e.g. the same model at random initialisation) and the
+paper's number (``reference_table`` says how averages are compared). The paper column is looked
+up at render time, so reports of older results.json files get it too.
+
+``report.html`` is a static page: a sentence stating the recipe (size, learning rate and
+layer-wise decay, optimizer, epochs, batch, length, seeds, precision), the median table, the
+per-seed table, ``seeds.png`` (every
 seed's primary score with the median marked, per task) and, when other checkpoints of the same
 run have been evaluated, ``checkpoints.png``: the pre-training loss curves from the run's
 ``metrics.jsonl`` beside each task's median score and the GLUE average across steps, so a
@@ -28,25 +39,33 @@ from typing import Any
 
 from common.storage import write_bytes
 
-from .metrics import glue_average, glue_average_label, glue_average_tasks, paper_glue_average
+from . import baselines, glue_tasks, paper_scores
+from .metrics import glue_average, glue_average_tasks, paper_glue_average
+from .reference_table import num as _num, paper_cell as _paper_cell, reference_table
 from .results import TaskResult
 
-RESULTS = "results.json"
-REPORT = "report.html"
+from .eval_layout import REPORT, RESULTS  # noqa: E402,F401  (the folder's names, defined once)
 FORMAT_VERSION = 1
 LOSS_KEYS = ("loss", "gen_loss", "disc_loss")
+# what the recipe's optimizer names mean (recipe.py); an unknown name is shown as it is
+OPTIMIZERS = {"original": "AdamWeightDecay without bias correction, as the original code",
+              "adamw": "torch AdamW, bias-corrected"}
 
 
 def build_results(*, checkpoint: str, model_dir: str, step: int | None, meta: dict,
                   recipe: dict, tasks: dict[str, TaskResult]) -> dict[str, Any]:
     medians = {t: r.median.get(r.primary) for t, r in tasks.items()}
     scored = {t: v for t, v in medians.items() if v is not None}
+    task_dicts = {t: r.to_dict() for t, r in tasks.items()}
     return {"format_version": FORMAT_VERSION, "checkpoint": checkpoint, "model_dir": model_dir,
-            "step": step, "checkpoint_meta": meta, "recipe": recipe,
-            "tasks": {t: r.to_dict() for t, r in tasks.items()},
+            "step": step, "checkpoint_meta": meta, "recipe": recipe, "tasks": task_dicts,
             "glue_average": glue_average(scored),
             "glue_average_tasks": glue_average_tasks(scored),
             "paper_glue_average": paper_glue_average(scored),
+            "baseline_glue_average": baselines.average_primary(task_dicts,
+                                                               glue_average_tasks(scored)),
+            "paper_reference": paper_scores.references_for(
+                recipe.get("size"), {t: d["metrics"] for t, d in task_dicts.items()}),
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
 
@@ -65,24 +84,78 @@ def read_results(eval_dir: str | Path) -> dict[str, Any]:
         raise ValueError(f"{path}: unreadable results ({exc})") from exc
 
 
-def markdown_table(results: dict[str, Any]) -> str:
-    """Median per task and metric (percent), seeds count, and the GLUE average."""
-    lines = ["| task | metric | median | seeds | min | max |", "|---|---|---|---|---|---|"]
-    for task, r in results["tasks"].items():
-        for metric in r["metrics"]:
-            values = [s["metrics"][metric] for s in r["seeds"]]
-            lines.append(f"| {task} | {metric} | {r['median'][metric]:.2f} | {len(values)} | "
-                         f"{min(values):.2f} | {max(values):.2f} |")
-    avg = results.get("glue_average")
-    if avg is not None:
-        lines.append(f"| **{_average_label(results)}** | primary | {avg:.2f} | | | |")
-    return "\n".join(lines) + "\n"
+def markdown_table(results: dict[str, Any], references: dict[str, dict] | None = None) -> str:
+    """Median per task and metric (percent) with its seeds, min and max, then the references:
+    the task's trivial baseline, each of ``references`` (e.g. ``{"random_init": results}``) and
+    the paper's number for the recipe's size; the GLUE average last. Notes under the table name
+    each baseline and the paper's sources."""
+    table = reference_table(results, references)
+    head = ["task", "metric", "median", "seeds", "min", "max", "baseline",
+            *table.reference_labels, table.paper_label]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in table.rows:
+        cells = [r.task, r.metric, _num(r.median), str(r.n), _num(r.low), _num(r.high),
+                 _num(r.baseline), *(_num(v) for v in r.references), _paper_cell(r.paper)]
+        lines.append("| " + " | ".join(cells) + " |")
+    if table.average is not None:
+        a = table.average
+        lines.append("| " + " | ".join([f"**{a.task}**", "primary", _num(a.median), "", "", "",
+                                        _num(a.baseline), *(_num(v) for v in a.references),
+                                        _paper_cell(a.paper)]) + " |")
+    notes = table.notes()
+    return "\n".join(lines) + "\n" + ("\n" + "\n".join(f"- {n}" for n in notes) + "\n"
+                                       if notes else "")
 
 
-def _average_label(results: dict[str, Any]) -> str:
-    # Older results.json files lack the task list: label them with every GLUE task they hold.
-    tasks = results.get("glue_average_tasks") or glue_average_tasks(results["tasks"])
-    return glue_average_label(tasks)
+def summary_text(results: dict[str, Any], report_path: str | Path,
+                 references: dict[str, dict] | None = None) -> str:
+    """What a command line prints once at the end: the recipe, the table, where the report is."""
+    return (f"{recipe_summary(results)}\n\n{markdown_table(results, references)}\n"
+            f"report: {report_path}\n")
+
+
+def recipe_summary(results: dict[str, Any]) -> str:
+    """The fine-tuning recipe in one readable sentence (only what results.json recorded)."""
+    rec = results.get("recipe") or {}
+    if not rec:
+        return "Recipe: not recorded."
+    get, ran, decay = rec.get, results.get("precision"), rec.get("layerwise_lr_decay")
+    squad = any(t.startswith("SQuAD") for t in results["tasks"])
+    caps = {k: v for k, v in (results.get("length_caps") or get("length_caps") or {}).items()
+            if squad or not k.startswith("squad")}  # a SQuAD length matters only with SQuAD
+    first, seeds = get("first_seed", 0), get("num_seeds")
+    parts = [
+        "size" in rec and f"ELECTRA-{str(rec['size']).capitalize()} recipe",
+        "lr" in rec and f"learning rate {rec['lr']:g}",
+        decay is not None and ("no layer-wise decay" if decay == 1 else f"layer-wise decay "
+                               f"{decay:g}" + (f" ({get('llrd_variant')} variant)"
+                                               if get("llrd_variant") else "")),
+        get("optimizer") and f"optimizer {rec['optimizer']}" + (
+            f" ({OPTIMIZERS[rec['optimizer']]})" if rec["optimizer"] in OPTIMIZERS else ""),
+        "weight_decay" in rec and f"weight decay {rec['weight_decay']:g}",
+        "epochs" in rec and (f"{rec['epochs']:g} epochs" if rec["epochs"] is not None
+                             else "epochs " + _default_epochs(results, rec)),
+        "batch_size" in rec and f"batch {rec['batch_size']}",
+        "max_seq_len" in rec and f"max length {rec['max_seq_len']}" + (
+            f" (SQuAD {rec['squad_max_len']})" if squad and "squad_max_len" in rec else ""),
+        caps and "cut to the model's positions: " + ", ".join(
+            f"{k} {v['recipe']}→{v['used']}" for k, v in caps.items()),
+        seeds and f"{seeds} seeds ({first}–{first + seeds - 1})",
+        "precision" in rec and f"precision {rec['precision']}" + (
+            f" (ran {ran})" if ran and ran != rec["precision"] else ""),
+    ]
+    return "Recipe: " + ", ".join(p for p in parts if p) + "."
+
+
+def _default_epochs(results: dict[str, Any], rec: dict[str, Any]) -> str:
+    out = []
+    for task in results["tasks"]:
+        if task.startswith("SQuAD"):
+            if "squad_epochs" in rec:
+                out.append(f"{task} {rec['squad_epochs']:g}")
+        elif task in glue_tasks.TASKS:
+            out.append(f"{task} {glue_tasks.TASKS[task].epochs:g}")
+    return ", ".join(out) or "the task defaults"
 
 
 @dataclass
@@ -206,11 +279,14 @@ def _plot_checkpoints(history: list[dict[str, Any]], curves: dict, path: Path) -
 
 def write_report(eval_dir: str | Path, results: dict[str, Any], *,
                  history: list[dict[str, Any]] = (), metrics_jsonl: Path | None = None,
-                 loss_curve: LossCurve | None = None) -> Path:
+                 loss_curve: LossCurve | None = None,
+                 references: dict[str, dict] | None = None) -> Path:
     """``report.html`` + PNGs in ``eval_dir``; ``history``: results of the run's checkpoints.
 
     ``loss_curve``: an already read ``metrics_jsonl`` (the flow reads it once to put its skipped
-    lines in results.json too); otherwise ``metrics_jsonl`` is read here.
+    lines in results.json too); otherwise ``metrics_jsonl`` is read here. ``references``: other
+    evaluations to show beside each median, ``{name: results.json dict}`` (e.g. the same model at
+    random initialisation as ``"random_init"``), one column each.
     """
     eval_dir = Path(eval_dir)
     images = [_plot_seeds(results, eval_dir / "seeds.png")]
@@ -221,7 +297,9 @@ def write_report(eval_dir: str | Path, results: dict[str, Any], *,
         images.append(_plot_checkpoints(list(history), curves, eval_dir / "checkpoints.png"))
     body = [f"<h1>Evaluation of {html.escape(str(results['checkpoint']))}</h1>",
             f"<p>step {results.get('step')}, model {html.escape(str(results['model_dir']))}, "
-            f"created {results['created']}</p>", _html_table(results), _html_seed_table(results)]
+            f"created {results['created']}</p>",
+            f"<p>{html.escape(recipe_summary(results))}</p>",
+            _html_table(results, references), _html_seed_table(results)]
     body += [f'<p><img src="{p.name}" alt="{p.stem}"></p>' for p in images]
     if loss_curve is not None and loss_curve.skipped:  # under the loss curve
         body.append(f'<p class="note">{html.escape(loss_curve.note())}</p>')
@@ -233,16 +311,24 @@ def write_report(eval_dir: str | Path, results: dict[str, Any], *,
     return path
 
 
-def _html_table(results: dict[str, Any]) -> str:
-    rows = ["<table><tr><th>task</th><th>metric</th><th>median</th><th>seeds</th></tr>"]
-    for task, r in results["tasks"].items():
-        for m in r["metrics"]:
-            rows.append(f"<tr><td>{html.escape(task)}</td><td>{m}</td>"
-                        f"<td>{r['median'][m]:.2f}</td><td>{len(r['seeds'])}</td></tr>")
-    if results.get("glue_average") is not None:
-        rows.append(f"<tr><th colspan=2>{html.escape(_average_label(results))}</th>"
-                    f"<th>{results['glue_average']:.2f}</th><td></td></tr>")
-    return "\n".join(rows) + "</table>"
+def _html_table(results: dict[str, Any], references: dict[str, dict] | None) -> str:
+    table = reference_table(results, references)
+    head = ["task", "metric", "median (min–max, n seeds)", "baseline",
+            *table.reference_labels, table.paper_label]
+    rows = ["<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head) + "</tr>"]
+    for r in table.rows:
+        spread = f"{_num(r.median)} ({_num(r.low)}–{_num(r.high)}, {r.n} seed{'s' * (r.n != 1)})"
+        cells = [r.task, r.metric, spread, _num(r.baseline), *(_num(v) for v in r.references),
+                 _paper_cell(r.paper)]
+        rows.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
+    if table.average is not None:
+        a = table.average
+        cells = [_num(a.median), _num(a.baseline), *(_num(v) for v in a.references),
+                 _paper_cell(a.paper)]
+        rows.append(f"<tr><th colspan=2>{html.escape(a.task)}</th>"
+                    + "".join(f"<th>{html.escape(c)}</th>" for c in cells) + "</tr>")
+    notes = "".join(f"<li>{html.escape(n)}</li>" for n in table.notes())
+    return "\n".join(rows) + "</table>" + (f'<ul class="note">{notes}</ul>' if notes else "")
 
 
 def _html_seed_table(results: dict[str, Any]) -> str:

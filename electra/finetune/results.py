@@ -12,6 +12,10 @@ only when its key matches, so a finished seed is never redone for the same check
 and data, and changing any of them (fixing a broken file included) redoes it. Unreadable seed
 files count as absent: the worst case of a crash mid-write is one seed redone.
 
+Reference: ``TaskResult.baseline`` holds the score of the task's trivial predictor (majority
+class, constant, always-no-answer; ``baselines``) on the same dev sets, so a median can be read
+against what learning nothing scores. Older files lack it and load with ``baseline`` None.
+
 Provenance: ``code_version`` (the git commit, ``+dirty`` when the tree has local changes, else
 the installed package version) and ``sha256_file`` for the data files a task reads.
 """
@@ -29,7 +33,7 @@ from common.storage import write_bytes
 
 from . import metrics
 
-SEEDS_DIR = "seeds"
+from .eval_layout import SEEDS as SEEDS_DIR  # noqa: E402  (the folder's names, defined once)
 
 
 @dataclass
@@ -54,6 +58,9 @@ class TaskResult:
     data_files: dict[str, str] = field(default_factory=dict)  # path -> sha256
     # {split: {"path", "skipped", "rows"}}: malformed QQP/MNLI rows skipped, as the original does
     skipped_rows: dict[str, Any] = field(default_factory=dict)
+    # what a predictor that ignores its input scores on the same dev sets (``baselines``):
+    # {"name", "prediction", "metrics": {metric: percent}}; None in results from before it
+    baseline: dict[str, Any] | None = None
 
     @property
     def median(self) -> dict[str, float]:
@@ -69,14 +76,16 @@ class TaskResult:
         return {"task": self.task, "primary": self.primary, "median": self.median,
                 "metrics": sorted(self.median), "num_train": self.num_train,
                 "num_eval": self.num_eval, "data_files": self.data_files,
-                "skipped_rows": self.skipped_rows, "seeds": [asdict(s) for s in self.seeds]}
+                "skipped_rows": self.skipped_rows, "baseline": self.baseline,
+                "seeds": [asdict(s) for s in self.seeds]}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TaskResult:
         return cls(task=d["task"], primary=d["primary"],
                    seeds=[SeedResult(**s) for s in d["seeds"]],
                    num_train=d.get("num_train", 0), num_eval=d.get("num_eval", {}),
-                   data_files=d.get("data_files", {}), skipped_rows=d.get("skipped_rows", {}))
+                   data_files=d.get("data_files", {}), skipped_rows=d.get("skipped_rows", {}),
+                   baseline=d.get("baseline"))
 
 
 def median_metrics(runs: list[dict[str, float]]) -> dict[str, float]:

@@ -7,6 +7,17 @@ exact span of the ORIGINAL context, whatever the normaliser did) and cut into wi
 window is one feature ``[CLS] question [SEP] window [SEP]``. A training feature whose window does
 not contain the whole answer (or whose question is unanswerable) points at [CLS] (position 0).
 
+Answerability labels (SQuAD 2.0) are per QUESTION, as the original's ``featurize``
+(google-research/electra finetune/qa/qa_tasks.py) writes ``is_impossible`` of the example into
+every window: all windows of an answerable question are labelled answerable (0), even a window
+that lacks the answer and whose start/end therefore point at [CLS]; all windows of an
+unanswerable question are labelled impossible (1). The span targets say "not in this window",
+the classifier learns "the question has an answer in this document". Labelling a window without
+the answer as impossible instead would repeat the span targets' "not here" and turn most windows
+of a long answerable context into negatives; the no-answer score (the smallest logit over a
+question's windows, below) and the original's -2.75 threshold were tuned under the per-question
+labels, so those are what is trained here.
+
 A token occurs in several windows; only the window where it has the most context on both sides
 (``min(left, right) + 0.01 * length``, as in the original) may start an answer, so each answer is
 judged where the model saw it best. Post-processing takes candidate spans per feature (plain
@@ -231,7 +242,8 @@ def featurize(examples: list[SquadExample], tokenizer, *, max_len: int = 512,
             inside = tok_start is not None and w0 <= tok_start and tok_end < w1
             feats.start_positions.append(tok_start - w0 + len(prefix) if inside else 0)
             feats.end_positions.append(tok_end - w0 + len(prefix) if inside else 0)
-            feats.is_impossible.append(0 if inside else 1)
+            # the question's label in every window (module docstring), not "inside"
+            feats.is_impossible.append(int(ex.is_impossible))
     return feats
 
 

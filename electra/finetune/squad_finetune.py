@@ -13,7 +13,8 @@ per question, and the rows ``{id, prediction, best_text, na_prob, answers}`` go 
 over the question's windows), as the original writes its null-odds file; ``prediction`` is ""
 when it exceeds ``recipe.squad_na_threshold`` (-2.75, the original's). Metrics are recomputed
 from that file: EM/F1 by the official rules of the version (1.1 or 2.0), and for 2.0 at the
-recipe's threshold and at the best threshold, with that threshold.
+recipe's threshold and at the best threshold, with that threshold. Beside them the "always no
+answer" baseline on the same dev questions (``baselines``).
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .baselines import squad_no_answer_baseline
 from .heads import PaperSpanHead, SpanHead, span_loss
 from .loop import (_autocast, load_tokenizer, pad_batch, predict, resolve_device,
                    seed_everything, train)
@@ -136,7 +138,7 @@ def finetune_squad(*, model_dir: str | Path, squad_dir: str | Path, version: str
         model = load_model(model_dir, lambda h: make_head(h, recipe, v2=v2), device)
         stats = train(model, rows=tf.input_ids, segs=tf.segment_ids, loss_fn=loss_fn,
                       recipe=recipe, epochs=recipe.epochs or recipe.squad_epochs, seed=seed,
-                      pad_id=pad_id)
+                      pad_id=pad_id, label=f"{name} seed {seed}")
         preds = _predict(model, dev_ex, df, recipe, pad_id=pad_id)
         path = write_predictions(prediction_path(out_dir, name, seed),
                                  _rows(dev_ex, preds, recipe.squad_na_threshold if v2 else None))
@@ -149,7 +151,8 @@ def finetune_squad(*, model_dir: str | Path, squad_dir: str | Path, version: str
             steps=stats.steps, seconds=round(stats.seconds, 3)))
         del model
     return TaskResult(task=name, primary="f1", seeds=seeds, num_train=len(tf),
-                      num_eval={"dev": len(dev_ex)})
+                      num_eval={"dev": len(dev_ex)},
+                      baseline=squad_no_answer_baseline(dev_ex, version=version))
 
 
 def _predict(model, dev_ex, df: SquadFeatures, recipe: FinetuneRecipe, *, pad_id: int):

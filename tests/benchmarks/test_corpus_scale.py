@@ -68,9 +68,12 @@ def test_truth_offsets_are_the_pipelines_ids(tmp_path):
 
 
 def test_peak_rss_resets_and_machine_line():
+    cs.reset_peak_rss()  # the peak is now this process's current RSS, whatever ran before here
+    before = cs.peak_rss_mb()
     block = bytearray(200 << 20)
     block[::4096] = b"x" * len(block[::4096])  # touch every page
     high = cs.peak_rss_mb()
+    assert high >= before + 150  # the block raised the peak
     del block
     cs.reset_peak_rss()
     assert cs.peak_rss_mb() < high - 150 and cs.current_rss_mb() <= cs.peak_rss_mb()

@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from electra import checkpoint as ck
+from electra import eval_handoff as handoff
 from electra import run_layout as layout
 from electra.deepspeed_states import install_safe_loader
 
@@ -87,6 +88,31 @@ def test_keep_last_k(tmp_path):
         ck.save_checkpoint(FakeEngine(), tmp_path, meta(s), rank=0, keep_last=2, barrier=lambda: None)
     left = sorted(d.name for d in (tmp_path / "checkpoints").glob("step_*"))
     assert left == ["step_00000004", "step_00000005"]
+
+
+def test_pinned_commit_policy_then_prune(tmp_path):
+    """The pin is in the step dir before meta.json; an evaluator pruning during the commit leaves
+    the dir being written alone; the policy skips before the prune; pinned ones survive it."""
+    policy = handoff.Policy(max_pending=2, keep_every=2, save_every=2)
+    seen = []
+
+    def evaluator_prunes_meanwhile(step):
+        d = layout.step_dir(tmp_path, step)
+        seen.append(((d / "eval_pending.json").is_file(), (d / layout.META).exists()))
+        layout.prune(tmp_path, 1)  # as release() would, concurrently with the commit
+        assert (d / "eval_pending.json").is_file()
+
+    for s in (2, 4, 6, 8):
+        ck.save_checkpoint(FakeEngine(), tmp_path, meta(s), rank=0, keep_last=1, barrier=lambda: None,
+                           before_commit=lambda s=s: evaluator_prunes_meanwhile(s), handoff=policy)
+    assert seen == [(True, False)] * 4
+    left = sorted(d.name for d in (tmp_path / "checkpoints").glob("step_*"))
+    assert left == ["step_00000004", "step_00000008"]  # milestones (every 2nd checkpoint), pinned
+    assert handoff.skipped(tmp_path).keys() == {2, 6}
+    ck.save_checkpoint(FakeEngine(), tmp_path, meta(10), rank=0, keep_last=1, barrier=lambda: None)  # no pin
+    left = sorted(d.name for d in (tmp_path / "checkpoints").glob("step_*"))
+    assert left == ["step_00000004", "step_00000008", "step_00000010"]  # pins still respected
+    assert not (tmp_path / "checkpoints" / "step_00000010" / "eval_pending.json").exists()
 
 
 def test_rng_state_round_trip_through_json():

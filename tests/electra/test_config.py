@@ -94,7 +94,29 @@ def test_overrides_are_parsed_and_type_checked():
     assert load_config(PRESETS / "tiny.json", ["train.max_steps=null"]).train.max_steps is None
 
 
+@pytest.mark.parametrize("argv, want", [
+    ([], None),
+    (["--set", "train.keep_until_evaluated=true"], True),
+    (["--set", "train.keep_until_evaluated=false"], False),
+    (["--keep-until-evaluated", "--set", "train.keep_until_evaluated=null"], None),  # --set wins
+    (["--keep-until-evaluated"], True),
+    (["--no-keep-until-evaluated"], False),
+])
+def test_keep_until_evaluated_from_the_command_line(argv, want):
+    """bool | None: JSON true/false/null through --set, a --[no-]keep-until-evaluated flag."""
+    from electra.pretrain_job import job_from_args
+    from electra.train import parse_args
+
+    job = job_from_args(parse_args(["--config", "tiny", "--data", "d", "--out", "o", "--eval-max-pending", "2",
+                                    *argv]))
+    train = load_config(job.config, job.overrides).train
+    assert (train.keep_until_evaluated, train.eval_max_pending, train.eval_keep_every) == (want, 2, 0)
+
+
 @pytest.mark.parametrize("override,message", [
+    ("train.eval_max_pending=0", r"config.train: eval_max_pending must be >= 1"),
+    ("train.eval_keep_every=-1", r"config.train: eval_keep_every must be >= 0"),
+    ("train.keep_until_evaluated=1", r"train.keep_until_evaluated: expected bool"),
     ("train.max_steps=ten", r"train.max_steps: expected int, got 'ten'"),
     ("train.seed=true", r"train.seed: expected int"),
     ("optimizer.bias_correction=1", r"bias_correction: expected bool"),

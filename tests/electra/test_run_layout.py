@@ -68,6 +68,20 @@ def test_prune_and_clean_incomplete(tmp_path):
     assert sorted(d.name for d in (tmp_path / "checkpoints").iterdir()) == ["step_00000003", "step_00000004"]
 
 
+def test_prune_never_deletes_a_pinned_checkpoint(tmp_path):
+    for s in (1, 2, 3, 4):
+        make_step(tmp_path, s)
+    (tmp_path / "checkpoints" / "step_00000001" / "eval_pending.json").write_text("{}")  # waiting
+    (tmp_path / "checkpoints" / "step_00000003" / "eval_claimed.json").write_text("{}")  # in evaluation
+    assert layout.is_pinned(tmp_path / "checkpoints" / "step_00000001") and not layout.is_pinned(tmp_path)
+    removed = layout.prune(tmp_path, keep_last=1)
+    assert [d.name for d in removed] == ["step_00000002"]
+    assert sorted(d.name for d in (tmp_path / "checkpoints").iterdir()) == [
+        "step_00000001", "step_00000003", "step_00000004"]
+    (tmp_path / "checkpoints" / "step_00000003" / "eval_claimed.json").unlink()
+    assert [d.name for d in layout.prune(tmp_path, keep_last=1)] == ["step_00000003"]
+
+
 def test_meta_round_trip_and_errors(tmp_path):
     d = make_step(tmp_path, 8)
     meta = layout.CheckpointMeta.read(d)

@@ -16,6 +16,14 @@ def prefect_harness():
 
 
 @pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """A tiny export with GLUE (SST-2 keyword task, MNLI, STS-B) and SQuAD 2.0 files."""
+    from tests.flows._eval_data import build_tiny
+
+    return build_tiny(tmp_path_factory.mktemp("eval"))
+
+
+@pytest.fixture(scope="module")
 def ray_cluster():
     """A real two-node Ray cluster on loopback: ``ray start --head`` plus ``ray start --address``
     (token auth, as Ray 2.60 turns it on for a head started by ``ray start``). Yields the address;

@@ -14,48 +14,14 @@ import pytest
 
 from electra.finetune import report
 from electra.finetune.predictions import read_predictions, recompute_metrics
-from tests.electra.finetune.glue_files import (independent_glue_scores, sentence, squad_json, write,
-                                               write_keyword_sst2, write_task)
-from tests.electra.finetune.tiny_model import tiny_export, train_tokenizer
+from tests.electra.finetune.glue_files import independent_glue_scores, write_keyword_sst2, write_task
+from tests.flows._eval_data import make_run as _make_run
 
 LEARN_BAR = 85.0  # SST-2-format keyword task: chance is 50 %
 
 
-@pytest.fixture(scope="module")
-def prefect_harness():
-    from prefect.testing.utilities import prefect_test_harness
-
-    with prefect_test_harness(server_startup_timeout=120):
-        yield
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    root = tmp_path_factory.mktemp("eval")
-    tok = train_tokenizer(root / "tok")
-    export = tiny_export(root / "hf", tokenizer_dir=tok)
-    glue = root / "glue"
-    write_keyword_sst2(glue, n_train=200, n_dev=100, n_test=8)
-    write_task(glue, "MNLI", n_train=24, n_dev=9, n_test=5)
-    write(glue / "diagnostic" / "diagnostic.tsv", ["index\tsentence1\tsentence2", "0\ta b\tc",
-                                                  "1\td\te f"])
-    write(glue / "WNLI" / "test.tsv", ["index\tsentence1\tsentence2", "0\tx y\tz", "1\tu\tv"])
-    import random
-    rng = random.Random(3)
-    stsb = ["\t".join("index genre filename year old_index source1 source2 sentence1 "
-                      "sentence2 score".split())]
-    stsb += [f"{i}\tg\tf\t2012\t{i}\tnone\tnone\t{sentence(rng)}\t{sentence(rng)}\t"
-             f"{(i * 0.37) % 5:.3f}" for i in range(24)]
-    write(glue / "STS-B" / "train.tsv", stsb)
-    write(glue / "STS-B" / "dev.tsv", stsb[:13])
-    squad = root / "squad"
-    squad_json(squad / "train-v2.0.json", version="2.0", n_paragraphs=4, impossible_every=3)
-    squad_json(squad / "dev-v2.0.json", version="2.0", n_paragraphs=2, seed=1, impossible_every=3)
-    return {"root": root, "export": export, "glue": glue, "squad": squad}
-
-
 # Tiny-model settings (the paper's lr is for 14M+ parameters); 1 thread: see recipe.num_threads.
-RECIPE = {"lr": 6e-3, "epochs": 4, "batch_size": 16, "max_seq_len": 32, "squad_max_len": 48,
+RECIPE = {"lr": 2e-3, "epochs": 4, "batch_size": 16, "max_seq_len": 32, "squad_max_len": 48,
           "squad_doc_stride": 16, "squad_max_query": 8, "num_threads": 1}
 
 
@@ -138,20 +104,6 @@ def test_glue_submission_files(evaluated):
     assert len((sub / "MNLI-mm.tsv").read_text().splitlines()) == 1 + 5
 
 
-def _make_run(root: Path, export: Path, steps: list[int]) -> Path:
-    import shutil
-
-    run = root / "runs" / "run1"
-    for step in steps:
-        d = run / "checkpoints" / f"step_{step:08d}"
-        shutil.copytree(export, d / "hf")
-        (d / "meta.json").write_text(json.dumps({"step": step, "tokens_seen": step * 100}))
-    (run / "metrics.jsonl").write_text("".join(
-        json.dumps({"step": s, "loss": 10.0 / s, "gen_loss": 5.0 / s}) + "\n"
-        for s in range(1, 25)))
-    return run
-
-
 def test_evaluate_new_checkpoints_is_idempotent(tiny, prefect_harness):
     from flows.evaluate_new_checkpoints import evaluate_new_checkpoints
 
@@ -164,38 +116,55 @@ def test_evaluate_new_checkpoints_is_idempotent(tiny, prefect_harness):
                   recipe={"epochs": 1, "max_train_examples": 40, "max_eval_examples": 20,
                           "num_threads": 1})
     first = evaluate_new_checkpoints(**kwargs)
-    assert [Path(p).name for p in first["evaluated"]] == ["step_00000010", "step_00000020"]
+    # newest first: when evaluation falls behind, the freshest model is scored first
+    assert [Path(p).name for p in first["evaluated"]] == ["step_00000020", "step_00000010"]
     assert list(first["skipped"]) == [str(corrupt)]
     assert "unreadable checkpoint meta" in first["skipped"][str(corrupt)]
     latest = run / "eval" / "step_00000020"
     res = report.read_results(latest)
     assert res["step"] == 20 and res["checkpoint_meta"]["tokens_seen"] == 2000
-    assert (latest / "checkpoints.png").stat().st_size > 1000  # loss beside scores by step
+    # the second one evaluated (step 10) plots both: loss beside scores by step
+    assert (run / "eval" / "step_00000010" / "checkpoints.png").stat().st_size > 1000
     stamp = (latest / "results.json").stat().st_mtime_ns
     again = evaluate_new_checkpoints(**kwargs)
     assert again["evaluated"] == [] and list(again["skipped"]) == [str(corrupt)]
     assert (latest / "results.json").stat().st_mtime_ns == stamp
 
 
-def test_cli_unknown_task_lists_known_ones(tiny, prefect_harness):
-    from electra.finetune.glue_tasks import GlueDataError
+def test_cli_unknown_task_is_one_line(tiny, capsys):
     from flows.evaluate import main
 
-    with pytest.raises(GlueDataError, match="known tasks: CoLA, SST-2"):
-        main(["--checkpoint", str(tiny["export"]), "--glue-dir", str(tiny["glue"]),
-              "--tasks", "CoLA,SST-3", "--out", str(tiny["root"] / "bad")])
+    code = main(["--checkpoint", str(tiny["export"]), "--glue-dir", str(tiny["glue"]),
+                 "--tasks", "CoLA,SST-3", "--out", str(tiny["root"] / "bad")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "\n" not in err and "Traceback" not in err
+    assert err.startswith("error: unknown GLUE task 'SST-3'; known tasks: CoLA, SST-2")
+    assert not (tiny["root"] / "bad").exists()
 
 
-def test_missing_task_folder_fails_before_fine_tuning(tiny, prefect_harness):
-    from electra.finetune.glue_tasks import GlueDataError
+def test_cli_data_folder_from_the_environment(tiny, capsys, monkeypatch):
+    """No --glue-dir: $ELECTRA_GLUE_DIR; a missing folder is one line naming the variable."""
     from flows.evaluate import main
+
+    monkeypatch.setenv("ELECTRA_GLUE_DIR", str(tiny["root"] / "nowhere"))
+    code = main(["--checkpoint", str(tiny["export"]), "--tasks", "SST-2"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.startswith(f"error: $ELECTRA_GLUE_DIR={tiny['root'] / 'nowhere'}: "
+                                        "no such folder"), err
+
+
+def test_missing_task_folder_fails_only_that_task(tiny, prefect_harness):
+    """RTE's folder is missing: SST-2 is still evaluated, RTE is recorded as failed."""
+    from flows.evaluate import EvaluationFailed, evaluate
 
     out = tiny["root"] / "missing"
-    with pytest.raises(GlueDataError, match=r"RTE.*task folder missing; expected RTE/ with "
-                                            r"train\.tsv, dev\.tsv"):
-        main(["--checkpoint", str(tiny["export"]), "--glue-dir", str(tiny["glue"]),
-              "--tasks", "SST-2,RTE", "--out", str(out)])
-    assert not (out / "predictions").exists()  # nothing was fine-tuned
+    with pytest.raises(EvaluationFailed, match="RTE"):
+        evaluate(checkpoint=str(tiny["export"]), out=str(out), glue_dir=str(tiny["glue"]),
+                 tasks="SST-2,RTE", seeds=1, recipe=SMALL)
+    results = report.read_results(out)
+    assert list(results["tasks"]) == ["SST-2"] and list(results["failed"]) == ["RTE"]
+    assert "RTE" in results["failed"]["RTE"] and "task folder missing" in results["failed"]["RTE"]
+    assert not (out / "seeds" / "RTE").exists()  # nothing was fine-tuned for it
 
 
 def test_cli_surface_is_frozen():
@@ -207,6 +176,7 @@ def test_cli_surface_is_frozen():
     assert flags == sorted([
         "--help", "--checkpoint", "--out", "--glue-dir", "--tasks", "--squad-dir",
         "--squad-version", "--seeds", "--size", "--lr", "--layerwise-lr-decay", "--llrd-variant",
+        "--optimizer", "--reference",
         "--epochs", "--batch-size", "--max-seq-len", "--max-train-examples",
         "--max-eval-examples", "--precision", "--device", "--threads", "--deepspeed",
         "--workers", "--length-buckets"])
@@ -272,6 +242,7 @@ def test_overlapping_scans_evaluate_a_checkpoint_once(tiny, prefect_harness, mon
     direct evaluate of the same checkpoint leave it alone; A then finishes it, once."""
     import threading
 
+    import electra.finetune.evaluation_runner as er
     import flows.evaluate as ev
     from flows.evaluate_new_checkpoints import evaluate_new_checkpoints
 
@@ -280,14 +251,14 @@ def test_overlapping_scans_evaluate_a_checkpoint_once(tiny, prefect_harness, mon
     with open(run / "metrics.jsonl", "a") as f:  # the trainer was killed mid-line
         f.write('{"step": 25, "loss": 0.4')
     inside, go = threading.Event(), threading.Event()
-    real = ev.finetune_glue
+    real = er.finetune_glue
 
     def paused(*args, **kwargs):  # fault injection at a chosen step, the real work follows
         inside.set()
         assert go.wait(600)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(ev, "finetune_glue", paused)
+    monkeypatch.setattr(er, "finetune_glue", paused)
     kwargs = dict(runs=str(run.parent), glue_dir=str(tiny["glue"]), tasks="SST-2", seeds=1,
                   recipe=SMALL)
     outcome = {}

@@ -60,6 +60,27 @@ def test_same_seed_same_run(tiny):
         (root / "b" / b.seeds[0].predictions).read_text()
     rows = read_predictions(root / "a" / a.seeds[0].predictions)
     assert [r["id"] for r in rows] == [f"dev-{i}" for i in range(2, 22)]  # line numbers
+    assert a.baseline == _majority_baseline_from_files(root / "glue" / "SST-2")
+
+
+def _majority_baseline_from_files(folder: Path) -> dict:
+    """SST-2's majority-class baseline from the TSV files by csv + scikit-learn."""
+    import csv
+    from collections import Counter
+
+    from sklearn.metrics import accuracy_score
+
+    def labels(name):
+        with open(folder / name, newline="") as f:
+            rows = csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
+            return [row["label"] for row in rows]
+
+    counts = Counter(labels("train.tsv"))
+    majority = "1" if counts["1"] > counts["0"] else "0"  # a tie goes to "0", the first label
+    dev = labels("dev.tsv")
+    accuracy = 100 * accuracy_score(dev, [majority] * len(dev))
+    return {"name": f"majority class '{majority}'", "prediction": majority,
+            "metrics": {"accuracy": pytest.approx(accuracy)}}
 
 
 def test_squad11_predictions_and_scores(tiny):
@@ -75,6 +96,9 @@ def test_squad11_predictions_and_scores(tiny):
     assert set(seed.metrics) == {"exact", "f1"} and 0 <= seed.metrics["exact"] <= seed.metrics["f1"] <= 100
     assert recompute_metrics("SQuAD1.1", root / "sq" / seed.predictions) == seed.metrics
     assert res.num_train > 9  # several doc-stride windows per question
+    # SQuAD 1.1: every question has an answer, so answering none scores 0
+    assert res.baseline == {"name": "always no answer", "prediction": "",
+                            "metrics": {"exact": 0.0, "f1": 0.0}}
 
 
 @pytest.mark.slow

@@ -1,7 +1,9 @@
 """Length-bucketed batches, length-sorted prediction in the original order, precision choice."""
 from __future__ import annotations
 
+import logging
 import math
+import re
 
 import numpy as np
 import pytest
@@ -132,3 +134,41 @@ def test_train_is_seeded_with_buckets_and_reports_precision():
     assert (a.steps, a.precision) == (8, "fp32")  # ceil(1.5 * 5) steps, as without buckets
     assert a.losses == b.losses and all(torch.equal(x, y) for x, y in zip(pa, pb))
     assert a.losses != c.losses
+
+
+def _train_logged(caplog, **kw):
+    rows, segs = _rows(40)
+    targets = torch.tensor([len(r) % 2 for r in rows])
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="electra.finetune.progress"):
+        stats = train(_model(SequenceHead(16, 2)), rows=rows, segs=segs, recipe=FinetuneRecipe(
+            batch_size=8, lr=1e-3, precision="fp32", device="cpu"), epochs=1.5, seed=0,
+            loss_fn=lambda out, idx, dev: torch.nn.functional.cross_entropy(
+                out.logits, targets[idx].to(dev)), **kw)
+    lines = [r.getMessage() for r in caplog.records if r.name == "electra.finetune.progress"]
+    assert all(r.levelno == logging.INFO for r in caplog.records)
+    return stats, lines
+
+
+def test_progress_lines_every_step(caplog, capsys):
+    stats, lines = _train_logged(caplog, label="SST-2 seed 0", progress_seconds=0)
+    assert lines[0] == "SST-2 seed 0: 8 steps, 1.5 epochs"  # ceil(1.5 * 40 / 8)
+    body = lines[1:-1]
+    assert len(lines) == 8 + 2 and len(body) == 8
+    parsed = [re.fullmatch(r"SST-2 seed 0: step (\d+)/8 \(epoch (\d)/2\), loss ([\d.]+), "
+                           r"[\d.]+ steps/s, ETA (\d+m)?\d+s", line) for line in body]
+    assert all(parsed), body
+    assert [int(m[1]) for m in parsed] == list(range(1, 9))
+    assert [int(m[2]) for m in parsed] == [1] * 5 + [2] * 3
+    # the loss is the epoch's running mean: at each epoch's last step, the epoch's mean loss
+    assert float(parsed[4][3]) == pytest.approx(stats.losses[0], abs=6e-5)
+    assert float(parsed[7][3]) == pytest.approx(stats.losses[1], abs=6e-5)
+    assert re.fullmatch(r"SST-2 seed 0: done, 8 steps in (\d+m)?\d+s", lines[-1])
+    assert capsys.readouterr().out == ""  # logging only, no print
+
+
+def test_progress_lines_are_rate_limited(caplog):
+    # an hour between lines: only the first and the last line of a run of seconds
+    _, lines = _train_logged(caplog, progress_seconds=3600)
+    assert lines == ["fine-tuning: 8 steps, 1.5 epochs", lines[-1]]
+    assert lines[-1].startswith("fine-tuning: done, 8 steps in ")

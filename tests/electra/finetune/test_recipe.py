@@ -24,6 +24,7 @@ def test_paper_defaults_by_size():
     r = FinetuneRecipe()
     assert (r.weight_decay, r.warmup_fraction, r.batch_size, r.max_seq_len, r.llrd_variant) == (
         0.0, 0.1, 32, 128, "original")
+    assert r.optimizer == "original"  # the original's Adam without bias correction
     assert (r.squad_max_len, r.squad_doc_stride, r.squad_max_query, r.squad_n_best,
             r.squad_max_answer, r.squad_epochs) == (512, 128, 64, 20, 30, 2.0)
     assert [infer_size(h) for h in (32, 256, 768, 1024)] == ["small", "small", "base", "large"]
@@ -35,6 +36,14 @@ def test_unknown_or_bad_recipe_keys_are_errors():
         FinetuneRecipe.from_dict({"learning_rate": 1e-4})
     with pytest.raises(ValueError, match=r"recipe.llrd_variant: 'fixed' is not one of \['original', 'corrected'\]"):
         FinetuneRecipe.from_dict({"llrd_variant": "fixed"})
+    with pytest.raises(ValueError,
+                       match=r"recipe.optimizer: 'sgd' is not one of \['original', 'adamw'\]"):
+        FinetuneRecipe.from_dict({"optimizer": "sgd"})
+    with pytest.raises(ValueError, match=r"recipe.optimizer: 'AdamW' is not one of"):
+        FinetuneRecipe.from_dict({"optimizer": "AdamW"})  # no case folding
+    assert FinetuneRecipe.from_dict({"optimizer": "adamw"}).optimizer == "adamw"
+    with pytest.raises(ValueError, match=r"finetune recipe: weight_decay >= 0"):
+        FinetuneRecipe.from_dict({"weight_decay": -0.01})
     with pytest.raises(ValueError, match=r"recipe.device: 'tpu' is not one of"):
         FinetuneRecipe.from_dict({"device": "tpu"})
     with pytest.raises(ValueError, match=r"recipe.batch_size: expected int, got '32'"):
@@ -80,8 +89,44 @@ def test_llrd_rates_reach_the_optimizer():
     model = tiny_model(2)
     recipe = FinetuneRecipe(lr=2e-4, layerwise_lr_decay=0.5)
     opt = torch.optim.AdamW(param_groups(model, recipe))
-    assert [g["lr"] for g in opt.param_groups] == pytest.approx(
-        [2e-4 * 0.5 ** 4, 2e-4 * 0.5 ** 3, 2e-4 * 0.5 ** 2, 2e-4])
+    rates = [2e-4 * 0.5 ** 4, 2e-4 * 0.5 ** 3, 2e-4 * 0.5 ** 2, 2e-4]
+    assert [g["name"] for g in opt.param_groups] == [
+        n + s for n in ("embeddings", "layer_0", "layer_1", "head") for s in ("", ".no_decay")]
+    assert [g["lr"] for g in opt.param_groups] == pytest.approx([r for r in rates for _ in "ab"])
+
+
+@pytest.mark.parametrize("wd", [0.0, 0.01])
+def test_no_decay_groups_hold_exactly_biases_and_layernorm(wd):
+    """The original's rule by NAME (exclude "LayerNorm", "layer_norm", "bias"), checked here
+    through the modules: LayerNorm parameters and biases, and nothing else, are not decayed."""
+    from torch import nn
+
+    model = tiny_model(3)
+    norms = {id(p) for m in model.modules() if isinstance(m, nn.LayerNorm)
+             for p in m.parameters()}
+    biases = {id(p) for n, p in model.named_parameters() if n.endswith(".bias")}
+    groups = param_groups(model, FinetuneRecipe(weight_decay=wd))
+    kept = {id(p) for g in groups if g["name"].endswith(".no_decay") for p in g["params"]}
+    decayed = {id(p) for g in groups if not g["name"].endswith(".no_decay") for p in g["params"]}
+    assert kept == norms | biases and norms and biases
+    # the rest, the matrices and embedding tables, is decayed
+    assert decayed == {id(p) for p in model.parameters()} - kept
+    assert all(p.ndim == 2 for g in groups for p in g["params"] if id(p) in decayed)
+    for g in groups:
+        assert g["weight_decay"] == (0.0 if g["name"].endswith(".no_decay") else wd)
+    by_name = {g["name"]: g for g in groups}
+    for name, g in by_name.items():  # a depth's two groups share its learning rate
+        assert g["lr"] == by_name[name.removesuffix(".no_decay")]["lr"]
+
+
+def test_stray_parameters_are_still_an_error():
+    import torch
+    from torch import nn
+
+    model = tiny_model(1)
+    model.extra = nn.Parameter(torch.zeros(3))  # 1-D: it would land in a no-decay group
+    with pytest.raises(ValueError, match=r"no LLRD depth: \['extra'\]"):
+        param_groups(model, FinetuneRecipe())
 
 
 def test_cap_lengths_records_each_cut():

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import subprocess
 from pathlib import Path
 
@@ -55,3 +56,17 @@ def test_code_version_is_the_git_commit():
     commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True,
                             text=True, check=True).stdout.strip()
     assert code_version().removeprefix("git:").removesuffix("+dirty") == commit
+
+
+def test_baseline_round_trip_and_older_files_without_it():
+    baseline = {"name": "majority class '1'", "prediction": "1",
+                "metrics": {"accuracy": 68.38, "f1": 81.22}}
+    result = TaskResult(task="MRPC", primary="accuracy", seeds=[SeedResult(
+        seed=0, metrics={"accuracy": 80.0, "f1": 85.0}, predictions="p")], baseline=baseline)
+    as_json = json.loads(json.dumps(result.to_dict()))
+    assert as_json["baseline"] == baseline
+    assert TaskResult.from_dict(as_json).to_dict() == result.to_dict()
+    older = {k: v for k, v in as_json.items() if k != "baseline"}  # results.json before it
+    loaded = TaskResult.from_dict(older)
+    assert loaded.baseline is None and loaded.seeds == result.seeds
+    assert loaded.to_dict()["baseline"] is None

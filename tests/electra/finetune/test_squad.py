@@ -110,8 +110,9 @@ def test_doc_stride_windows_map_answers_back_to_characters(tokenizer):
         assert ids[0] == tokenizer.token_to_id("[CLS]") and ids[-1] == tokenizer.token_to_id("[SEP]")
         assert len(feats.segment_ids[f]) == len(ids) and feats.segment_ids[f][-1] == 1
         s, e = feats.start_positions[f], feats.end_positions[f]
-        if feats.is_impossible[f]:
-            assert s == e == 0
+        assert feats.is_impossible[f] == 0  # answerable questions: every window (per question)
+        if s == 0:  # this window lacks the answer: both ends point at [CLS]
+            assert e == 0
             continue
         a, b = feats.offsets[f][s][0], feats.offsets[f][e][1]
         assert ex.context[a:b] == "Zeta-9"  # token span → exact characters of the original
@@ -128,6 +129,39 @@ def test_doc_stride_windows_map_answers_back_to_characters(tokenizer):
         assert set(tokens.values()) == {1}
 
 
+def test_answerability_label_is_the_questions_in_every_window(tokenizer):
+    """As the original's featurize: the answerability label is the question's ``is_impossible``
+    in every window; a window without the answer has start = end = 0 ([CLS])."""
+    words = [f"w{j % 7}" for j in range(60)]
+    words[30] = "Zeta-9"
+    context = " ".join(words)
+    c0 = context.index("Zeta-9")
+    examples = [SquadExample(qid="yes", question="which zeta?", context=context,
+                             answers=("Zeta-9",), answer_start=c0),
+                SquadExample(qid="no", question="which zeta?", context=context, answers=(),
+                             answer_start=None, is_impossible=True)]
+    feats = featurize(examples, tokenizer, max_len=32, doc_stride=20, max_query=8, training=True)
+    # the answer's tokens, found here from the context's own encoding (not by featurize)
+    enc = tokenizer.encode(context, add_special_tokens=False)
+    answer = [off for off in enc.offsets if off[0] < c0 + len("Zeta-9") and off[1] > c0]
+    assert len(answer) == 3  # zeta - 9
+    windows = {i: [f for f in range(len(feats)) if feats.example_index[f] == i] for i in (0, 1)}
+    assert len(windows[0]) >= 3 and len(windows[0]) == len(windows[1])
+    holding = [f for f in windows[0] if all(off in feats.offsets[f] for off in answer)]
+    assert len(holding) == 1  # the answer lies in exactly one window
+    for f in windows[0]:
+        assert feats.is_impossible[f] == 0  # answerable, also where the window lacks it
+        if f in holding:
+            s, e = feats.start_positions[f], feats.end_positions[f]
+            assert (feats.offsets[f][s], feats.offsets[f][e]) == (answer[0], answer[-1])
+            assert context[feats.offsets[f][s][0]:feats.offsets[f][e][1]] == "Zeta-9"
+        else:
+            assert feats.start_positions[f] == feats.end_positions[f] == 0
+    for f in windows[1]:
+        assert feats.is_impossible[f] == 1
+        assert feats.start_positions[f] == feats.end_positions[f] == 0
+
+
 def test_postprocess_recovers_gold_text_from_logits(tokenizer):
     examples = [_long_example(0, 5), _long_example(1, 40)]
     feats = featurize(examples, tokenizer, max_len=32, doc_stride=8, max_query=4)
@@ -135,7 +169,7 @@ def test_postprocess_recovers_gold_text_from_logits(tokenizer):
     start = np.full((len(feats), width), -5.0)
     end = np.full((len(feats), width), -5.0)
     for f in range(len(feats)):
-        if not feats.is_impossible[f]:
+        if feats.start_positions[f]:  # the window holds the answer
             start[f, feats.start_positions[f]] = 5.0
             end[f, feats.end_positions[f]] = 5.0
         start[f, 0] = end[f, 0] = 9.0  # [CLS] is never an answer span
