@@ -163,6 +163,9 @@ def skipped(run_dir: str | Path) -> dict[int, str]:
         lines = skipped_path(run_dir).read_text().splitlines()
     except FileNotFoundError:
         return {}
+    except (OSError, UnicodeDecodeError) as exc:  # a scan must go on with the other runs
+        log.warning("%s unreadable (%r); no skips read", skipped_path(run_dir), exc)
+        return {}
     out: dict[int, str] = {}
     for i, text in enumerate(lines):
         if not text.strip():

@@ -143,11 +143,13 @@ def evaluate(checkpoint: str, out: str | None = None, glue_dir: str | None = Non
         return early
     try:
         with runner.lease():
-            early = runner.check() or runner.claim()  # finished or skipped meanwhile?
+            early = runner.check()  # finished meanwhile?
             if early is not None:
                 return early
             with evaluation_slot(logger):
-                early = runner.resolve()  # deleted while being exported: recorded, returned
+                # claimed only once it runs: a claimed checkpoint is exempt from the trainer's
+                # skip policy, so one waiting for the slot would hold disk past eval_max_pending
+                early = runner.claim() or runner.resolve()
                 if early is not None:
                     return early
                 results = runner.publish(_run_units(runner, runner.plan()))
@@ -219,6 +221,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     from common.config import ConfigError
     from electra.finetune.glue_tasks import GlueDataError
+    from electra.finetune.sources import CheckpointError
 
     args = build_parser().parse_args(argv)
     values = dict(checkpoint=args.checkpoint, out=args.out, glue_dir=args.glue_dir,
@@ -227,13 +230,13 @@ def main(argv: list[str] | None = None) -> int:
                   reference=args.reference)
     try:  # user errors: one line, before Prefect or any model starts
         EvaluationRunner(EvaluationJob.load(**values)).check()
-    except (ConfigError, GlueDataError, EvaluationConflict) as exc:
+    except (ConfigError, GlueDataError, EvaluationConflict, CheckpointError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     _log_to_console()
     try:
         results = evaluate(**values)
-    except (ConfigError, GlueDataError, EvaluationConflict) as exc:
+    except (ConfigError, GlueDataError, EvaluationConflict, CheckpointError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except EvaluationFailed as exc:

@@ -47,6 +47,8 @@ from flows.evaluate import _flow_run_finished, add_common_args, evaluate, recipe
 def pending_checkpoints(runs: str | Path) -> list[tuple[Path, Path]]:
     """(step dir, eval dir) for every complete checkpoint with neither results nor a recorded
     skip, newest first within each run."""
+    if not Path(runs).is_dir():
+        raise FileNotFoundError(f"--runs {runs}: no such folder (the folder holding run directories)")
     todo = []
     for run in sorted(p for p in Path(runs).iterdir() if layout.checkpoints_dir(p).is_dir()):
         skipped = handoff.skipped(run)

@@ -23,6 +23,7 @@ checkpoint is refused with a one-line error rather than mixed into it or overwri
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -104,6 +105,9 @@ class EvaluationJob:
                 values[key], origin[key] = env[var], f"${var}"
         job = strict.from_dict(cls, values, where="evaluation job")
         job._check_inputs(origin)
+        target = eval_layout.resolve_target(job.checkpoint)
+        if target != Path(job.checkpoint).resolve():  # a run folder: its newest checkpoint, once
+            job = dataclasses.replace(job, checkpoint=str(target))
         return job
 
     def _check_inputs(self, origin: dict[str, str]) -> None:
@@ -124,6 +128,9 @@ class EvaluationJob:
         # a checkpoint step dir that is gone is the runner's to record (pruned, skipped)
         if not target.exists() and layout.step_of(target) is None:
             raise ConfigError(f"--checkpoint {self.checkpoint}: no such file or folder")
+        if layout.checkpoints_dir(target).is_dir() and not (target / layout.HF).is_dir():
+            raise ConfigError(f"--checkpoint {self.checkpoint}: a run folder with no complete "
+                              "checkpoint and no hf/ export yet; nothing to evaluate")
 
     @property
     def step_dir(self) -> Path | None:

@@ -137,6 +137,7 @@ class EvaluationRunner:
         self.context: UnitContext | None = None
         self.failed: dict[str, str] = {}  # this run's failed tasks: task -> error
         self.per_seed = job.workers > 1
+        self.claimed = False  # this run claimed the checkpoint's pin (and releases it)
 
     # -- names ---------------------------------------------------------------------------------
     @property
@@ -184,14 +185,29 @@ class EvaluationRunner:
         if existing is not None and self._covers(existing):
             log.info("%s: already evaluated (%s) — returning %s", self.job.target,
                      ", ".join(self.task_names), eval_layout.results_path(self.out))
+            step = self._own_step()
+            if step is not None and layout.is_pinned(step):  # a run died between results and release
+                handoff.release(step)
             return existing
         return self._gone()
+
+    def _own_step(self) -> Path | None:
+        """The checkpoint when this run writes its run's own evaluation folder (RUN/eval/step_N):
+        only such a run claims and releases the trainer's pin; an evaluation elsewhere (another
+        --out) leaves the hand-off alone."""
+        step = self.job.step_dir
+        if step is None or self.out.resolve() != eval_layout.default_out(step).resolve():
+            return None
+        return step
 
     def claim(self) -> dict[str, Any] | None:
         """Claim a pinned checkpoint (the trainer's skip policy then leaves it alone); the skip
         when the policy skipped it first. A checkpoint of a run without pins needs no claim."""
-        step = self.job.step_dir
-        if step is None or (layout.is_pinned(step) and handoff.claim(step)):
+        step = self._own_step()
+        if step is None:
+            return None
+        if layout.is_pinned(step) and handoff.claim(step):
+            self.claimed = True
             return None
         reason = handoff.skipped(self._run()).get(layout.step_of(step))
         if reason is None:  # never pinned, never skipped: evaluate it
@@ -262,7 +278,8 @@ class EvaluationRunner:
                             references={n: report.read_results(f) for n, f in references.items()} or None)
         report.write_results(self.out, results)  # last: its presence marks a finished evaluation
         step = self.job.step_dir
-        if step is not None and layout.is_pinned(step):
+        if self.claimed:
+            self.claimed = False
             pruned = handoff.release(step)  # pruning of the run resumes
             if pruned:
                 log.info("released %s; pruned %s", step.name, ", ".join(p.name for p in pruned))

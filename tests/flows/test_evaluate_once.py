@@ -129,3 +129,17 @@ def test_every_evaluation_takes_a_slot_of_one_global_limit(tiny, prefect_harness
     r.raise_for_status()
     limits = {x["name"]: (x["limit"], x["active_slots"]) for x in r.json()}
     assert limits[EVAL_LIMIT] == (1, 0)
+
+
+def test_not_a_model_and_a_missing_runs_folder_are_one_line(tiny, prefect_harness, capsys):
+    from flows.evaluate import main
+    from flows.evaluate_new_checkpoints import pending_checkpoints
+
+    folder = tiny["root"] / "not_a_model"
+    folder.mkdir()
+    code = main(["--checkpoint", str(folder), "--glue-dir", str(tiny["glue"]), "--tasks", "SST-2",
+                 "--out", str(tiny["root"] / "nm")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and err[-1].startswith(f"error: {folder}: not a checkpoint"), err[-3:]
+    with pytest.raises(FileNotFoundError, match="--runs .*nowhere: no such folder"):
+        pending_checkpoints(tiny["root"] / "nowhere")

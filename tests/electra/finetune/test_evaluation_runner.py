@@ -141,3 +141,31 @@ def test_checkpoint_pruned_during_its_export_is_recorded(tmp_path, export, monke
     assert outcome["status"] == "skipped" and "not pinned" in outcome["reason"]
     assert handoff.skipped(run) == {10: outcome["reason"]}
     assert not eval_layout.is_finished(run / "eval" / "step_00000010")
+
+
+def test_hand_off_only_from_the_runs_own_folder_and_leaked_pins_are_released(tmp_path, export):
+    """A run folder is resolved to its newest checkpoint once (a later commit does not move the
+    evaluation); an evaluation into another --out leaves the trainer's pin alone; a pin left by
+    a run that died between results.json and the release is released by the next check."""
+    glue = tmp_path / "glue"
+    write_keyword_sst2(glue, n_train=16, n_dev=8)
+    run = _run_dir(tmp_path, export, [10], pinned=(10,))
+    job = EvaluationJob.load(checkpoint=str(run), glue_dir=str(glue), tasks="SST-2", seeds=1,
+                             recipe=SMALL, env={})
+    shutil.copytree(export, layout.step_dir(run, 20) / "hf")
+    (layout.step_dir(run, 20) / "meta.json").write_text(json.dumps({"step": 20}))
+    assert job.target == layout.step_dir(run, 10) and job.out_dir == run / "eval" / "step_00000010"
+
+    elsewhere = EvaluationJob.load(checkpoint=str(layout.step_dir(run, 10)), out=str(tmp_path / "x"),
+                                   glue_dir=str(glue), tasks="SST-2", seeds=1, recipe=SMALL, env={})
+    assert EvaluationRunner(elsewhere).run()["tasks"]["SST-2"]
+    assert handoff.pending(run) == [layout.step_dir(run, 10)] and not handoff.is_claimed(layout.step_dir(run, 10))
+
+    EvaluationRunner(job).run()  # its own folder: claimed, evaluated, released, pruned to keep_last
+    assert [d.name for d in layout.step_dirs(run)] == ["step_00000020"]
+    handoff.pin(layout.step_dir(run, 20))  # as if a run evaluated 20 and died before releasing
+    report.write_results(run / "eval" / "step_00000020", {
+        **report.read_results(job.out_dir), "checkpoint": str(layout.step_dir(run, 20))})
+    again = EvaluationJob.load(checkpoint=str(layout.step_dir(run, 20)), glue_dir=str(glue),
+                               tasks="SST-2", seeds=1, recipe=SMALL, env={})
+    assert EvaluationRunner(again).check() is not None and handoff.pending(run) == []
