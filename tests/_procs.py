@@ -56,3 +56,20 @@ def kill_mentioning(text: str) -> None:
                     pass
         if not found:
             return
+
+
+def mapped_shm_files() -> set[str]:
+    """Every /dev/shm file some live process of ours has mapped (from /proc/*/maps)."""
+    mapped = set()
+    for maps in os.listdir("/proc"):
+        if not maps.isdigit():
+            continue
+        try:
+            with open(f"/proc/{maps}/maps") as f:
+                for line in f:
+                    at = line.find("/dev/shm/")
+                    if at >= 0:
+                        mapped.add(line[at:].rstrip("\n").removesuffix(" (deleted)"))
+        except OSError:  # gone, or another user's
+            continue
+    return mapped

@@ -14,6 +14,27 @@ os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
 
+def pytest_sessionstart(session):
+    """Free the DeepSpeed all-reduce segments that runs before the fix in
+    ``electra.distributed.unlink_shm_segment`` left in /dev/shm (69 MB of RAM each; a machine
+    that ran the suite all day had 17 GB of them, and Ray's memory monitor then killed its workers
+    in a loop until CI timed out). Only segments no live process maps are removed: those are
+    garbage, since every rank maps its own for as long as it lives."""
+    import glob
+
+    from tests._procs import mapped_shm_files
+
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return  # once, in the controlling process
+    mapped = mapped_shm_files()
+    for name in glob.glob(f"/dev/shm/deepspeed_allreduce_buffer_{os.getuid()}_*"):
+        if name not in mapped:
+            try:
+                os.unlink(name)
+            except OSError:
+                pass
+
+
 @pytest.fixture(scope="session")
 def ray_local(s3_server):
     """A local 2-CPU Ray cluster shared by every test that asks for it.
@@ -25,8 +46,10 @@ def ray_local(s3_server):
 
     if not ray.is_initialized():
         # address="local": never attach to a cluster another test started with `ray start`.
+        # A bounded object store: two test processes each run one of these beside Prefect servers,
+        # clusters and trainers on a 24 GB machine (Ray's default is 30% of the memory each).
         ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
-                 configure_logging=False)
+                 configure_logging=False, object_store_memory=1_500_000_000)
     from pipelines.engine.raydata import configure_data_context
 
     configure_data_context()

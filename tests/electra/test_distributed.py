@@ -50,3 +50,27 @@ def test_one_cpu_process_neither_builds_nor_loads_the_shm_op(tmp_path):
     assert "rank 0 of 1" in p.stdout
     assert not (tmp_path / "ext").exists() or not any((tmp_path / "ext").iterdir())
     assert "built successfully" not in p.stdout + p.stderr
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the shared-memory op is DeepSpeed's CPU backend")
+def test_two_cpu_ranks_leave_no_shared_memory_segment_behind(tmp_path):
+    # DeepSpeed never unlinks its CPU all-reduce segments (69 MB per rank in /dev/shm); each rank
+    # unlinks its own once all are mapped, and the shared-memory all-reduce still works after.
+    from electra.distributed import SHM_SEGMENT, free_port
+
+    port = str(free_port())
+    code = ("import torch, torch.distributed as dist\nfrom electra.distributed import init_distributed, shutdown\n"
+            "info = init_distributed()\nt = torch.full((4,), float(info.rank + 1))\n"
+            "import deepspeed.comm as ds\nds.inference_all_reduce(t)\nprint('sum', t.tolist())\nshutdown()\n")
+    base = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    procs = [subprocess.Popen([sys.executable, "-c", code], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, env={**base, "PYTHONPATH": str(REPO), "RANK": str(r), "LOCAL_RANK": str(r),
+                                              "WORLD_SIZE": "2", "LOCAL_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
+                                              "MASTER_PORT": port})
+             for r in range(2)]
+    outs = [p.communicate(timeout=420) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, err[-3000:]
+        assert "sum [3.0, 3.0, 3.0, 3.0]" in out
+    left = [SHM_SEGMENT.format(uid=os.getuid(), addr="127.0.0.1", port=port, rank=r) for r in range(2)]
+    assert not [name for name in left if os.path.exists(name)]
