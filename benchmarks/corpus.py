@@ -76,7 +76,8 @@ def main() -> int:
         if "filters" not in skip:
             from synthetic import web_junk
 
-            results["filters"] = corpus_filters.run(web_junk.mix(400, 50, seed=0, books=BOOKS / "gutenberg"))
+            results["filters"] = corpus_filters.run(web_junk.mix(400, 50, seed=0, books=BOOKS / "gutenberg",
+                                                                  exclude=corpus_filters.REFERENCE_SOURCES))
             corpus_filters.report(results["filters"])
         if "pipeline" not in skip:
             if args.corpus:

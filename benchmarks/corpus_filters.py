@@ -10,8 +10,11 @@ our sentence splitter, i.e. the same tokens; the comparison measures the filters
 Our closing-quote relaxation is switched off for the timed run, so both sides decide alike.
 
 Printed: MB/s (of text) for each side and the ratio (goal >= 1x); ours with the language block
-too, for information; and the drop rate of junk and the keep rate of prose of our default
-blocks on the mix (goals >= 0.95 each), per junk kind.
+too, for information; each default block's own MB/s (every document through every block, so
+each is timed on the whole mix) and the decontamination check's against GLUE's dev sets; and
+the drop rate of junk and the keep rate of prose (goals >= 0.95 each), per junk kind, of the
+defaults before the language-model and code blocks (``PREVIOUS_BLOCKS``) and of today's, side by
+side. The clean prose comes from books the language model's reference was not cut from.
 
     python benchmarks/corpus_filters.py [--clean 400] [--per-kind 50] [--repeats 3]
 """
@@ -25,11 +28,15 @@ from pathlib import Path
 
 from pipelines.config import C4Config, FilterConfig, FineWebConfig
 from pipelines.filters import Doc, build_blocks, normalize_text, run_blocks
+from pipelines.filters.lm_quality import REFERENCE_SOURCES
 from pipelines.filters.text import sentence_spans
 
 BOOKS = Path(__file__).resolve().parents[2] / "shared" / "data" / "corpus" / "gutenberg"
 
+GLUE = BOOKS.parents[1] / "glue"
 DATATROVE_BLOCKS = ["gopher_quality", "gopher_repetition", "c4", "fineweb"]
+# The web defaults before the code and language-model blocks (issue 26's starting point).
+PREVIOUS_BLOCKS = ["gopher_quality", "gopher_repetition", "c4", "fineweb", "language"]
 
 
 def datatrove_tokenizer():
@@ -135,6 +142,22 @@ def quality(docs: list[tuple[str, str]], cfg: FilterConfig) -> dict:
             "documents": dict(total), "reasons": dict(reasons.most_common())}
 
 
+def block_rates(texts: list[str], cfg: FilterConfig, repeats: int, glue: Path | None = GLUE) -> dict[str, float]:
+    """MB/s of each block of ``cfg`` on every text alone, and of the decontamination check."""
+    mb = sum(len(t.encode()) for t in texts) / 1e6
+    rates = {}
+    for block in build_blocks(cfg):
+        rates[block.name] = round(mb / _time(lambda b: [block(Doc(t)) for t in b], texts, repeats), 2)
+    if glue is not None and Path(glue).is_dir():
+        from pipelines.decontaminate.check import contamination
+        from pipelines.decontaminate.protected import build
+
+        protected = build([str(glue)], 13)
+        rates["decontaminate"] = round(mb / _time(lambda b: [contamination(t, protected) for t in b], texts,
+                                                  repeats), 2)
+    return rates
+
+
 def run(docs: list[tuple[str, str]], *, repeats: int = 3) -> dict:
     base = FilterConfig()
     texts = [normalize_text(t, base) for t, _ in docs]
@@ -160,6 +183,8 @@ def run(docs: list[tuple[str, str]], *, repeats: int = 3) -> dict:
     return {"mb": round(mb, 3), "documents": len(texts), "ours_mb_s": round(mb / t_ours, 2),
             "datatrove_mb_s": round(mb / t_theirs, 2), "ratio": round(t_theirs / t_ours, 2),
             "ours_with_language_mb_s": round(mb / t_lang, 2), "verdicts_agree": agree / len(texts),
+            "block_mb_s": block_rates(texts, base, repeats),
+            "quality_previous": quality(docs, FilterConfig(blocks=list(PREVIOUS_BLOCKS))),
             "quality": quality(docs, base)}
 
 
@@ -168,10 +193,13 @@ def report(r: dict) -> None:
           f"datatrove {r['datatrove_mb_s']:.2f} MB/s -> {r['ratio']:.2f}x (goal >= 1x); with language ID "
           f"{r['ours_with_language_mb_s']:.2f} MB/s; keep/drop verdicts agree on {r['verdicts_agree']:.3f}",
           flush=True)
-    q = r["quality"]
-    print(f"filter quality on the mix: clean prose kept {q['clean_kept']:.3f} (goal >= 0.95), junk dropped "
-          f"{q['junk_dropped']:.3f} (goal >= 0.95), precision of drops {q['precision']:.3f}; per kind "
-          f"{q['per_kind_dropped']}", flush=True)
+    print("MB/s per block (each on every document): "
+          + ", ".join(f"{name} {rate:.2f}" for name, rate in r["block_mb_s"].items()), flush=True)
+    for label, key in (("previous defaults", "quality_previous"), ("defaults", "quality")):
+        q = r[key]
+        print(f"{label} on the mix: clean prose kept {q['clean_kept']:.3f} (goal >= 0.95), junk dropped "
+              f"{q['junk_dropped']:.3f} (goal >= 0.95), precision of drops {q['precision']:.3f}; per kind "
+              f"{q['per_kind_dropped']}", flush=True)
 
 
 def main() -> None:
@@ -184,7 +212,8 @@ def main() -> None:
     p.add_argument("--books", default=str(BOOKS), help="folder of Gutenberg books for the clean side "
                                                     "(default: the shared books; synthetic prose when absent)")
     args = p.parse_args()
-    r = run(web_junk.mix(args.clean, args.per_kind, seed=0, books=Path(args.books)), repeats=args.repeats)
+    r = run(web_junk.mix(args.clean, args.per_kind, seed=0, books=Path(args.books), exclude=REFERENCE_SOURCES),
+            repeats=args.repeats)
     report(r)
     print(json.dumps(r, indent=1))
 

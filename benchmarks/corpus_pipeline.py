@@ -14,7 +14,7 @@ the example fill per split (non-pad share of the positions, from the manifest's 
 driver's peak resident memory (``ru_maxrss`` of the child; Ray workers are separate
 processes and not included).
 
-    python benchmarks/corpus_pipeline.py SOURCE TOKENIZER_JSON CPUS OUT PROFILE   (prints JSON)
+    python benchmarks/corpus_pipeline.py SOURCE TOKENIZER_JSON CPUS OUT PROFILE [CONFIG_JSON]  (prints JSON)
 """
 from __future__ import annotations
 
@@ -48,15 +48,19 @@ def v1_bytes(corpus: str, manifest: schema.Manifest) -> int:
     return total
 
 
-def run(source: str, tokenizer_json: str, cpus: int, out: str, profile: str = "web") -> dict:
-    """The pipeline in this process (on whatever cores it may use): seconds and figures."""
+def run(source: str, tokenizer_json: str, cpus: int, out: str, profile: str = "web",
+        config: dict | None = None) -> dict:
+    """The pipeline in this process (on whatever cores it may use): seconds and figures;
+    ``config``: more corpus config, merged over the benchmark's own."""
     import ray
+
+    from pipelines.profiles import merge
 
     storage.remove(out, recursive=True)
     ray.shutdown()
     raydata.init_ray(num_cpus=cpus)
-    cfg = CorpusConfig.from_dict({"profile": profile, "tokenizer": {"pretrained": tokenizer_json},
-                                  "shard": {"min_shards_per_split": 8}})
+    cfg = CorpusConfig.from_dict(merge({"profile": profile, "tokenizer": {"pretrained": tokenizer_json},
+                                        "shard": {"min_shards_per_split": 8}}, config or {}))
     start = time.perf_counter()
     manifest = CorpusBuild([source], out, cfg).run()
     seconds = time.perf_counter() - start
@@ -67,6 +71,7 @@ def run(source: str, tokenizer_json: str, cpus: int, out: str, profile: str = "w
     text = stats["ingest"]["bytes_in"]
     return {"seconds": seconds, "text_bytes": text, "stages": {k: stats[k]["seconds"] for k in stats if "seconds" in stats[k]},
             "documents_kept": stats["near_dedup"]["documents_out"], "tokens": stats["pack"]["tokens"],
+            "filter_dropped": stats["filter"].get("dropped", {}),
             # non-pad share of the example positions, from the split totals (independent of the
             # fill the pack stage reports)
             "fill": {name: round(info.num_tokens / max(info.num_examples * manifest.seq_len, 1), 4)
@@ -80,13 +85,15 @@ def run(source: str, tokenizer_json: str, cpus: int, out: str, profile: str = "w
             "rejected_bytes": storage.du(storage.join(out, schema.REJECTED_DIR))}
 
 
-def measure(source: str, tokenizer_json: str, cpus: int, out: str, profile: str = "web") -> dict:
+def measure(source: str, tokenizer_json: str, cpus: int, out: str, profile: str = "web",
+            config: dict | None = None) -> dict:
     """``run`` in a child process confined to the first ``cpus`` cores this process may use."""
     cores = sorted(os.sched_getaffinity(0))
     if len(cores) < cpus:
         raise RuntimeError(f"asked for {cpus} cores, this process may use only {cores}")
     env = dict(os.environ, TOKENIZERS_PARALLELISM="false", RAY_ENABLE_UV_RUN_RUNTIME_ENV="0")
-    proc = subprocess.run([sys.executable, __file__, source, tokenizer_json, str(cpus), out, profile],
+    proc = subprocess.run([sys.executable, __file__, source, tokenizer_json, str(cpus), out, profile,
+                           json.dumps(config or {})],
                           env=env, capture_output=True, text=True,
                           preexec_fn=lambda: os.sched_setaffinity(0, cores[:cpus]))
     if proc.returncode != 0:
@@ -102,8 +109,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("cpus", type=int, help="Ray CPUs")
     p.add_argument("out", help="empty output location (a path or URI)")
     p.add_argument("profile", nargs="?", default="web", help="input profile (default: web)")
+    p.add_argument("config", nargs="?", default="{}", help="more corpus config, as JSON")
     a = p.parse_args(argv)
-    print(json.dumps(run(a.source, a.tokenizer_json, a.cpus, a.out, a.profile)))
+    print(json.dumps(run(a.source, a.tokenizer_json, a.cpus, a.out, a.profile, json.loads(a.config))))
 
 
 if __name__ == "__main__":

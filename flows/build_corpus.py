@@ -13,6 +13,7 @@ Direct use, no server needed::
 from __future__ import annotations
 
 import argparse
+import copy
 import logging
 import sys
 from typing import Any
@@ -47,7 +48,8 @@ def corpus_config(*, config: dict[str, Any] | str | None = None, overrides: list
                   **flags: Any) -> CorpusConfig:
     """The config file's values, then ``--set`` overrides, then the named flags that were passed
     (``None`` = not passed), checked by the strict loader before any work starts."""
-    raw = strict.load_json(config) if isinstance(config, str) else dict(config or {})
+    # A deep copy: the flags below edit nested sections, never the caller's mapping.
+    raw = strict.load_json(config) if isinstance(config, str) else copy.deepcopy(dict(config or {}))
     for item in overrides:
         strict.apply_override(raw, item)
     for name, value in flags.items():
@@ -63,6 +65,9 @@ def corpus_config(*, config: dict[str, Any] | str | None = None, overrides: list
         elif name == "seed":
             strict.set_path(raw, "pack.seed", value)
             strict.set_path(raw, "tokenizer.sample_seed", value)
+        elif name == "decontaminate":  # added to the config file's paths
+            section = raw.get("decontaminate") if isinstance(raw.get("decontaminate"), dict) else {}
+            strict.set_path(raw, "decontaminate.paths", list(section.get("paths", [])) + list(value))
         elif name == "lowercase":
             strict.set_path(raw, "tokenizer.lowercase", value)
             strict.set_path(raw, "tokenizer.strip_accents", value)
@@ -98,12 +103,13 @@ def build_corpus(source: list[str] | str, out: str, tokenizer: str | None = None
                  validation_fraction: float | None = None, seed: int | None = None,
                  ray_address: str | None = None, config: dict[str, Any] | str | None = None,
                  overrides: list[str] | None = None, keep_cache: bool = False,
-                 ray_worker_pip: str | None = None, profile: str | None = None) -> dict[str, Any]:
+                 ray_worker_pip: str | None = None, profile: str | None = None,
+                 decontaminate: list[str] | None = None) -> dict[str, Any]:
     """Build an ELECTRA pre-training corpus at ``out`` (path or URI); returns the manifest."""
     logger = get_run_logger()
     cfg = corpus_config(config=config, overrides=list(overrides or ()), profile=profile, tokenizer=tokenizer,
                         vocab_size=vocab_size, seq_len=seq_len, lowercase=lowercase,
-                        validation_fraction=validation_fraction, seed=seed)
+                        validation_fraction=validation_fraction, seed=seed, decontaminate=decontaminate)
     build = CorpusBuild([source] if isinstance(source, str) else list(source), out, cfg, keep_cache=keep_cache)
     pending = build.plan()
     logger.info("build-corpus: %d input files → %s; stages to run: %s", len(build.sources.files), out,
@@ -139,6 +145,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--validation-fraction", type=float, default=None,
                    help="pack.validation_fraction: share of documents held out (default 0.01)")
     p.add_argument("--seed", type=int, default=None, help="pack.seed and tokenizer.sample_seed")
+    p.add_argument("--decontaminate", action="append", default=None, metavar="DIR",
+                   help="GLUE task folder (or a folder of them) or SQuAD JSON file whose dev/test texts must "
+                        "not be in the corpus: documents sharing a 13-token window with them are dropped "
+                        "(decontaminate.paths; repeatable)")
     p.add_argument("--ray-address", default=None,
                    help="Ray cluster address (auto on the head, or host:port); default: a private local Ray")
     p.add_argument("--ray-worker-pip", default=None, metavar="REQUIREMENTS",
@@ -194,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
                                 validation_fraction=args.validation_fraction, seed=args.seed,
                                 ray_address=args.ray_address, config=args.config, overrides=args.overrides,
                                 keep_cache=args.keep_cache, ray_worker_pip=args.ray_worker_pip,
-                                profile=args.profile)
+                                profile=args.profile, decontaminate=args.decontaminate)
     except Exception as exc:  # a user error is one line; anything else keeps its traceback
         line = user_error(exc)
         if line is None:
@@ -204,6 +214,11 @@ def main(argv: list[str] | None = None) -> int:
     for split, info in manifest["splits"].items():
         print(f"{split}: {info['num_documents']} documents, {info['num_examples']} examples, "
               f"{info['num_tokens']} tokens, fill {info['fill']:.1%}")
+    decon = manifest.get("decontamination") or {}
+    if decon:
+        removed = ", ".join(f"{task} {n}" for task, n in decon["removed"].items())
+        print(f"decontamination: {decon['ngrams']} {decon['ngram']}-grams of {len(decon['files'])} files; "
+              f"documents removed: {removed}")
     for warning in manifest.get("warnings", []):
         print(f"warning: {warning}")
     print(f"corpus written to {args.out} (manifest.json)")

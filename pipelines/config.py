@@ -54,7 +54,8 @@ class IngestConfig:
 
 
 # The filter blocks (``pipelines.filters``), run in the order ``filter.blocks`` lists them.
-FilterBlock = Literal["gopher_quality", "gopher_repetition", "c4", "fineweb", "language", "pii"]
+FilterBlock = Literal["gopher_quality", "gopher_repetition", "code", "c4", "fineweb", "language", "lm_quality",
+                      "pii"]
 FILTER_BLOCKS: tuple[str, ...] = typing.get_args(FilterBlock)
 
 
@@ -155,6 +156,39 @@ class LanguageConfig:
 
 
 @dataclass
+class CodeConfig:
+    # Not in datatrove (pipelines/filters/code.py): source code without braces or with comments.
+    max_code_line_frac: float | None = 0.3  # max share of non-empty lines that read as code
+    min_code_lines: int = 3  # ... and only when at least this many lines do
+    max_symbol_ratio: float | None = 0.05  # max share of { } [ ] < > = ; | \ $ # in non-space characters
+
+    def validate(self) -> None:
+        _positive(self, "max_code_line_frac", "max_symbol_ratio")
+        check(self.min_code_lines >= 1, "min_code_lines must be >= 1")
+
+
+@dataclass
+class LmQualityConfig:
+    # Not in datatrove (pipelines/filters/lm_quality.py): a word trigram Kneser-Ney model of a
+    # clean reference text. null: the English books shipped in pipelines/filters/reference/;
+    # else a UTF-8 .txt or .txt.gz file (any storage location), documents separated by blank lines.
+    reference: str | None = None
+    min_count: int = 2  # reference words seen fewer times are <unk>
+    max_unknown_frac: float | None = 0.5  # max share of tokens the reference never had
+    # Mean nats per word the two tokens before each word add to the model's probability of it;
+    # text in random word order loses (< 0), meaningful text gains.
+    min_context_gain: float | None = -0.25
+    max_perplexity: float | None = None  # CCNet's signal; depends on the reference's domain
+    max_tokens: int | None = 2000  # tokens scored per document (its start); null: all
+
+    def validate(self) -> None:
+        check(self.min_count >= 1, "min_count must be >= 1")
+        check(self.max_unknown_frac is None or 0 <= self.max_unknown_frac <= 1, "max_unknown_frac must be in [0, 1]")
+        check(self.max_perplexity is None or self.max_perplexity > 0, "max_perplexity must be > 0 or null")
+        check(self.max_tokens is None or self.max_tokens >= 1, "max_tokens must be >= 1 or null")
+
+
+@dataclass
 class PiiConfig:
     # datatrove's PIIFormatter: e-mail addresses and (public) IP addresses replaced, never dropped.
     remove_emails: bool = True
@@ -171,16 +205,30 @@ class FilterConfig:
     unicode_form: Literal["NFC", "NFKC", "NFD", "NFKD", "none"] = "NFC"
     # Run in this order; the first block that drops a document decides its reason.
     blocks: list[FilterBlock] = field(default_factory=lambda: [
-        "gopher_quality", "gopher_repetition", "c4", "fineweb", "language"])
+        "gopher_quality", "gopher_repetition", "code", "c4", "fineweb", "language", "lm_quality"])
     gopher_quality: GopherQualityConfig = field(default_factory=GopherQualityConfig)
     gopher_repetition: GopherRepetitionConfig = field(default_factory=GopherRepetitionConfig)
     c4: C4Config = field(default_factory=C4Config)
     fineweb: FineWebConfig = field(default_factory=FineWebConfig)
+    code: CodeConfig = field(default_factory=CodeConfig)
     language: LanguageConfig = field(default_factory=LanguageConfig)
+    lm_quality: LmQualityConfig = field(default_factory=LmQualityConfig)
     pii: PiiConfig = field(default_factory=PiiConfig)
 
     def validate(self) -> None:
         check(len(set(self.blocks)) == len(self.blocks), f"blocks lists a block twice: {self.blocks}")
+
+
+@dataclass
+class DecontaminateConfig:
+    # GLUE-format task folders, folders of them and SQuAD JSON files (any storage location;
+    # pipelines/decontaminate/protected.py): a document sharing any n-gram of their dev and test
+    # texts is dropped (reason decontaminate:<task>). Empty: off. build-corpus --decontaminate DIR.
+    paths: list[str] = field(default_factory=list)
+    ngram: int = 13  # tokens per window (GPT-3's 13-gram overlap); shorter shared fragments never drop
+
+    def validate(self) -> None:
+        check(self.ngram >= 5, "ngram must be >= 5 (shorter windows drop ordinary phrases)")
 
 
 @dataclass
@@ -267,6 +315,7 @@ class CorpusConfig:
     profile: Literal["web", "books", "bert-format"] = "web"
     ingest: IngestConfig = field(default_factory=IngestConfig)
     filter: FilterConfig = field(default_factory=FilterConfig)
+    decontaminate: DecontaminateConfig = field(default_factory=DecontaminateConfig)
     dedup: DedupConfig = field(default_factory=DedupConfig)
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
     pack: PackConfig = field(default_factory=PackConfig)

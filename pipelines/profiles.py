@@ -8,9 +8,9 @@ drop and the packer pads (examples then hold far fewer tokens than ``seq_len``).
 ==============  ==========================  =====================================================
 profile         a document is               filters (``filter.blocks``)
 ==============  ==========================  =====================================================
-``web``         a JSONL/Parquet/JSON/WARC   the full set: Gopher quality and repetition, C4's
-(default)       record; in plain text, a    line rules, FineWeb's ratios, language identification.
-                blank-line-separated block
+``web``         a JSONL/Parquet/JSON/WARC   the full set: Gopher quality and repetition, source
+(default)       record; in plain text, a    code, C4's line rules, FineWeb's ratios, language
+                blank-line-separated block  identification, the language model's context gain.
 ``books``       a whole file                Gopher quality without its upper word limit (a novel
                                             has more than 100,000 words), language
                                             identification. No line or paragraph rules: verse,

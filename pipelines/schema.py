@@ -318,6 +318,9 @@ class Manifest:
     languages: dict[str, dict[str, int]] = field(default_factory=dict)
     # What the build found worth a look, e.g. a split whose examples are mostly padding.
     warnings: list[str] = field(default_factory=list)
+    # Filter stage, when decontamination ran: the n-gram length, the protected files (uri, task,
+    # sha256, bytes, texts, ngrams) and the documents each task's n-grams removed.
+    decontamination: dict[str, Any] = field(default_factory=dict)
     format_version: int = FORMAT_VERSION
 
     def shards_for(self, split: str) -> list[ShardInfo]:
@@ -351,6 +354,7 @@ class Manifest:
             build_key=d.get("build_key", ""),
             languages=d.get("languages", {}),
             warnings=list(d.get("warnings", [])),
+            decontamination=d.get("decontamination", {}),
             format_version=version,
         )
 

@@ -10,7 +10,12 @@ Junk is generated in the kinds a crawl is full of, each with its own randomness 
 documents are alike: cookie and consent banners with footer boilerplate, navigation menus, spam
 and keyword stuffing, prose in other languages (French, German, Spanish, Italian, Portuguese,
 Dutch), source code, lists (bullets, product listings, link lists), lorem ipsum, and prose whose
-paragraphs or sentences repeat (the duplicated n-gram case). ``mix`` returns ``(text, label)``
+paragraphs or sentences repeat (the duplicated n-gram case). Three kinds no rule over counts can
+see, since every count is a prose document's: ``salad`` (real words drawn by their frequency in a
+prose document, in sentences with capitals, commas and full stops: what spam generators and
+garbled scrapes produce), ``shuffled`` (a prose document with the words of every sentence in
+random order) and ``script`` (code that C4's brace and JavaScript rules miss: Python, YAML,
+shell and SQL with comments and docstrings written as sentences). ``mix`` returns ``(text, label)``
 pairs, label ``"clean"`` or the junk kind, used by a test (the goal: >= 0.95 of the junk dropped,
 >= 0.95 of the prose kept) and by ``benchmarks/corpus_filters.py``. It lives in ``synthetic``
 beside the other generators: deterministic data that the benchmarks and the tests share.
@@ -23,7 +28,8 @@ from pathlib import Path
 
 from synthetic import prose as generated
 
-JUNK_KINDS = ("cookie", "menu", "spam", "foreign", "code", "list", "lorem", "repeated")
+JUNK_KINDS = ("cookie", "menu", "spam", "foreign", "code", "list", "lorem", "repeated", "salad", "shuffled",
+              "script")
 
 _START = re.compile(r"^\*\*\* ?START OF", re.M)
 _END = re.compile(r"^\*\*\* ?END OF", re.M)
@@ -41,11 +47,11 @@ def book_paragraphs(path: Path) -> list[str]:
     return [p for p in paragraphs if p]
 
 
-def book_documents(per_book: int, seed: int, folder: Path) -> list[str]:
+def book_documents(per_book: int, seed: int, files: list[Path]) -> list[str]:
     """``per_book`` documents of consecutive paragraphs from each book, at random places."""
     rng = random.Random(seed)
     docs = []
-    for path in sorted(folder.glob("*.txt")):
+    for path in files:
         paragraphs = book_paragraphs(path)
         lo, hi = len(paragraphs) // 10, len(paragraphs) * 9 // 10
         if hi - lo < 20:
@@ -61,12 +67,12 @@ def book_documents(per_book: int, seed: int, folder: Path) -> list[str]:
     return docs
 
 
-def clean_documents(n: int, seed: int = 0, books: Path | None = None) -> list[str]:
-    """``n`` clean documents: from the books in folder ``books`` when given and present, else
-    synthetic prose."""
+def clean_documents(n: int, seed: int = 0, books: Path | None = None, exclude: tuple[str, ...] = ()) -> list[str]:
+    """``n`` clean documents: from the books in folder ``books`` when given and present (but the
+    files named in ``exclude``), else synthetic prose."""
     if books is not None and Path(books).is_dir():
-        files = sorted(Path(books).glob("*.txt"))
-        docs = book_documents(max(1, -(-n // max(len(files), 1))), seed, Path(books))
+        files = [f for f in sorted(Path(books).glob("*.txt")) if f.name not in exclude]
+        docs = book_documents(max(1, -(-n // max(len(files), 1))), seed, files)
         return random.Random(seed).sample(docs, min(n, len(docs)))
     return generated.documents(n, seed)
 
@@ -218,8 +224,60 @@ def _repeated(rng: random.Random, prose: str) -> str:
     return " ".join(words[:80]) + " " + " ".join([run] * rng.randint(4, 8))
 
 
+_SCRIPT = [
+    'def {f}(path, limit=None):\n    """Read the records of a file and return the ones that are still valid.\n\n'
+    '    The records are checked one by one, and the invalid ones are logged and skipped.\n    """\n'
+    '    records = []\n    with open(path) as handle:\n        for line in handle:\n'
+    '            record = parse(line)\n            if record.valid:\n                records.append(record)\n'
+    '    return records[:limit]\n',
+    "# Configuration of the {f} service. Change the values below and restart it.\n"
+    "server:\n  host: 0.0.0.0\n  port: 8080\n  workers: 4\ndatabase:\n  url: postgres://localhost/{f}\n"
+    "  pool_size: 10\nlogging:\n  level: info\n",
+    "# Install the dependencies first, then build the project.\n$ sudo apt-get install -y build-essential\n"
+    "$ git clone https://example.org/{f}.git\n$ cd {f}\n$ make && make install\n",
+    "-- This query returns the customers who ordered in the last month.\nSELECT c.id, c.name, COUNT(o.id) AS orders\n"
+    "FROM customers c\nJOIN orders o ON o.customer_id = c.id\nWHERE o.created_at > NOW() - INTERVAL '30 days'\n"
+    "GROUP BY c.id, c.name\nORDER BY orders DESC;\n",
+    "class {F}Handler(BaseHandler):\n    # Handles the requests for the {f} endpoint.\n\n"
+    "    def get(self, request):\n        items = self.store.list(request.user)\n"
+    "        return self.render(items, status=200)\n",
+]
+
+
+def _salad(rng: random.Random, prose: str) -> str:
+    words = [w.strip(".,;:!?\"'()[]\u201c\u201d\u2018\u2019").lower() for w in prose.split()]
+    words = [w for w in words if w.isalpha()] or ["the"]
+    sentences = []
+    for _ in range(rng.randint(8, 20)):
+        s = [rng.choice(words) for _ in range(rng.randint(6, 18))]
+        if len(s) > 9 and rng.random() < 0.5:
+            s[rng.randrange(3, len(s) - 3)] += ","
+        sentences.append(" ".join(s).capitalize() + rng.choice(".....?!"))
+    return " ".join(sentences)
+
+
+def _shuffled(rng: random.Random, prose: str) -> str:
+    paragraphs = []
+    for p in prose.split("\n\n"):
+        sentences = []
+        for sentence in re.split(r"(?<=[.!?])\s+", p):
+            w = sentence.split()
+            rng.shuffle(w)
+            sentences.append(" ".join(w))
+        paragraphs.append(" ".join(sentences))
+    return "\n\n".join(paragraphs)
+
+
+def _script(rng: random.Random, prose: str) -> str:
+    name = rng.choice(["records", "billing", "upload", "reports", "search", "inventory"])
+    intro = prose.split("\n\n")[0][:rng.randint(0, 300)]
+    parts = [t.format(f=name, F=name.capitalize()) for t in rng.sample(_SCRIPT, rng.randint(2, 4))]
+    return "\n".join(([intro] if intro else []) + parts)
+
+
 _MAKERS = {"cookie": _cookie, "menu": _menu, "spam": _spam, "foreign": _foreign, "code": _code,
-           "list": _list, "lorem": _lorem, "repeated": _repeated}
+           "list": _list, "lorem": _lorem, "repeated": _repeated, "salad": _salad,
+           "shuffled": _shuffled, "script": _script}
 
 
 def junk_documents(n_per_kind: int, seed: int = 0, prose: list[str] | None = None) -> list[tuple[str, str]]:
@@ -230,10 +288,10 @@ def junk_documents(n_per_kind: int, seed: int = 0, prose: list[str] | None = Non
 
 
 def mix(n_clean: int = 400, n_per_kind: int = 50, seed: int = 0,
-        books: Path | None = None) -> list[tuple[str, str]]:
-    """Clean prose (from the books in folder ``books`` when given) and junk, labelled ``"clean"``
-    or the junk kind, in a fixed shuffled order."""
-    clean = clean_documents(n_clean, seed, books)
+        books: Path | None = None, exclude: tuple[str, ...] = ()) -> list[tuple[str, str]]:
+    """Clean prose (from the books in folder ``books`` when given, but those in ``exclude``) and
+    junk, labelled ``"clean"`` or the junk kind, in a fixed shuffled order."""
+    clean = clean_documents(n_clean, seed, books, exclude)
     docs = [(d, "clean") for d in clean] + junk_documents(n_per_kind, seed, prose=clean[:100])
     random.Random(seed).shuffle(docs)
     return docs

@@ -46,7 +46,8 @@ from pipelines import schema
 from pipelines.config import CorpusConfig
 from pipelines.ingest import Sources, resolve_sources
 from pipelines.engine.checks import check_outputs, expected_outputs, transient, unwrapped
-from pipelines.engine.stages import CODE_VERSION, LIBRARIES, STAGES, Stage, StageResult, StageRun, tokenizer_fingerprint
+from pipelines.engine.stages import (CODE_VERSION, LIBRARIES, STAGES, Stage, StageResult, StageRun,
+                                     filter_fingerprint, tokenizer_fingerprint)
 
 log = logging.getLogger("pipelines.engine.runner")
 SUCCESS = "_SUCCESS"
@@ -66,9 +67,11 @@ class CorpusBuild:
         self.attempts = max(1, int(attempts))
         self.order = [s.name for s in STAGES]
         self.keys: dict[str, str] = {}
+        # What decides a stage's output beside its config and inputs: files named by the config.
+        fingerprints = {"ingest": lambda: self.sources.fingerprint, "filter": lambda: filter_fingerprint(cfg),
+                        "tokenizer": lambda: tokenizer_fingerprint(cfg)}
         for s in STAGES:
-            extra = self.sources.fingerprint if s.name == "ingest" else (
-                tokenizer_fingerprint(cfg) if s.name == "tokenizer" else "")
+            extra = fingerprints[s.name]() if s.name in fingerprints else ""
             self.keys[s.name] = digest({"code": CODE_VERSION, "libraries": LIBRARIES, "stage": s.name,
                                         "config": cfg.sections(s.sections),
                                         "inputs": [self.keys[i] for i in s.inputs], "extra": extra})

@@ -4,7 +4,8 @@
 stage          inputs                  config sections in the key  writes
 =============  ======================  ==========================  ===========================
 ingest         (the sources)           ingest, rejected            documents + rejected
-filter         ingest                  filter, rejected            documents + rejected
+filter         ingest                  filter, decontaminate,      documents + rejected
+                                       rejected
 exact_dedup    filter                  dedup, rejected             documents + rejected
 near_dedup     exact_dedup             dedup, rejected             documents + rejected
 tokenizer      near_dedup              tokenizer                   ``tokenizer/<key>/``
@@ -42,7 +43,7 @@ from pipelines.engine import parts
 from pipelines.config import CorpusConfig
 from pipelines.ingest import Sources
 
-CODE_VERSION = "5"  # bump when a stage's output format or algorithm changes
+CODE_VERSION = "6"  # bump when a stage's output format or algorithm changes
 
 
 def _versions() -> dict[str, str]:
@@ -147,12 +148,27 @@ def _ingest(run: StageRun) -> dict[str, Any]:
 def _filter(run: StageRun) -> dict[str, Any]:
     from pipelines.filters import filter_batch
 
-    ds = run.read("ingest").map_batches(filter_batch, fn_kwargs={"cfg": run.cfg.filter}, batch_format="numpy")
+    kwargs: dict[str, Any] = {"cfg": run.cfg.filter}
+    protected = None
+    if run.cfg.decontaminate.paths:
+        import ray
+
+        from pipelines.decontaminate import protected as protect
+
+        # Built once, here on the driver; the workers get it through the object store.
+        protected = protect.build(run.cfg.decontaminate.paths, run.cfg.decontaminate.ngram)
+        kwargs["protected"] = ray.put(protected)
+    ds = run.read("ingest").map_batches(filter_batch, fn_kwargs=kwargs, batch_format="numpy")
     rc = run.cfg.rejected
     out = parts.write_documents(ds, data=run.data, rejected=run.rejected,
                                 prefix_chars=rc.text_prefix_chars, full_text=rc.full_text)
     # Documents the language block looked at, kept and dropped per detected language.
     stats = {**parts.document_stats(out["reasons"]), "languages": dict(sorted(out.get("languages", {}).items()))}
+    if protected is not None:
+        # out["reasons"]: reason -> [documents, bytes]
+        removed = {r.split(":", 1)[1]: n[0] for r, n in out["reasons"].items() if r.startswith("decontaminate:")}
+        tasks = dict.fromkeys(f["task"] for f in protected.files)
+        stats["decontamination"] = {**protected.record(), "removed": {t: removed.get(t, 0) for t in tasks}}
     return {"stats": stats, "files": out["files"], "rejected": out["rejected"]}
 
 
@@ -201,6 +217,19 @@ def tokenizer_fingerprint(cfg: CorpusConfig) -> str:
     """A pretrained tokenizer file, not the corpus, decides the tokenizer: its hash goes into
     the key."""
     return sha256_bytes(storage.read_bytes(cfg.tokenizer.pretrained)) if cfg.tokenizer.pretrained else ""
+
+
+def filter_fingerprint(cfg: CorpusConfig) -> Any:
+    """Files outside the config that decide the filtering: the protected evaluation files and a
+    named reference of the language-model block, by sha256 (an edited dev set reruns filtering)."""
+    from pipelines.decontaminate.protected import fingerprint
+
+    out: dict[str, Any] = {}
+    if cfg.decontaminate.paths:
+        out["decontaminate"] = fingerprint(cfg.decontaminate.paths)
+    if "lm_quality" in cfg.filter.blocks and cfg.filter.lm_quality.reference:
+        out["lm_reference"] = sha256_bytes(storage.read_bytes(cfg.filter.lm_quality.reference))
+    return out or ""
 
 
 # ----------------------------------------------------------------------------- pack, shard
@@ -269,7 +298,7 @@ def _shard(run: StageRun) -> dict[str, Any]:
 
 STAGES: tuple[Stage, ...] = (
     Stage("ingest", (), ("ingest", "rejected"), _ingest),
-    Stage("filter", ("ingest",), ("filter", "rejected"), _filter),
+    Stage("filter", ("ingest",), ("filter", "decontaminate", "rejected"), _filter),
     Stage("exact_dedup", ("filter",), ("dedup", "rejected"), _exact_dedup),
     Stage("near_dedup", ("exact_dedup",), ("dedup", "rejected"), _near_dedup),
     Stage("tokenizer", ("near_dedup",), ("tokenizer",), _tokenizer, cached_data=False),

@@ -3,7 +3,9 @@
 ``normalize_text`` (``normalize``) canonicalises a document; ``filter_batch`` (``base``) runs the
 blocks ``filter.blocks`` lists, in order, on every document: ``gopher_quality``,
 ``gopher_repetition``, ``c4``, ``fineweb`` (datatrove's heuristics and default thresholds),
-``language`` (py3langid) and, optionally, ``pii``. Each block's module documents its rules.
+``code`` (source code), ``language`` (py3langid), ``lm_quality`` (a Kneser-Ney trigram model's
+context gain) and, optionally, ``pii``. Each block's module documents its rules. Decontamination
+against evaluation sets (``pipelines.decontaminate``) runs after the blocks, in the same stage.
 """
 from pipelines.filters.base import REGISTRY, Block, Doc, Verdict, build_blocks, filter_batch, run_blocks
 from pipelines.filters.normalize import UNICODE_FORMS, normalize_text

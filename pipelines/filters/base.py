@@ -81,7 +81,8 @@ def register(name: str) -> Callable[[Callable[[Any], Block]], Callable[[Any], Bl
 
 def build_blocks(cfg: FilterConfig) -> list[Block]:
     """The blocks ``cfg.blocks`` names, in order, each built from its own section."""
-    from pipelines.filters import c4, fineweb, gopher_quality, gopher_repetition, language, pii  # noqa: F401
+    from pipelines.filters import (c4, code, fineweb, gopher_quality, gopher_repetition, language,  # noqa: F401
+                                   lm_quality, pii)
 
     return [REGISTRY[name](getattr(cfg, name)) for name in cfg.blocks]
 
@@ -127,9 +128,15 @@ def _cached_blocks(cfg: FilterConfig) -> list[Block]:
     return _BLOCKS_CACHE[key]
 
 
-def filter_batch(batch: dict[str, np.ndarray], cfg: FilterConfig) -> dict[str, np.ndarray]:
-    """Normalise and filter every not-yet-rejected row (see the module docstring)."""
+def filter_batch(batch: dict[str, np.ndarray], cfg: FilterConfig, protected: Any = None) -> dict[str, np.ndarray]:
+    """Normalise and filter every not-yet-rejected row (see the module docstring); with
+    ``protected`` (a ``ProtectedSet`` or a Ray reference to one), a document the blocks keep is
+    then checked against it (``pipelines.decontaminate.check``)."""
     blocks = _cached_blocks(cfg)
+    if protected is not None:
+        from pipelines.decontaminate.check import contamination, resolve
+
+        protected = resolve(protected)
     texts = np.array(batch["text"], dtype=object, copy=True)
     reasons = np.array(batch["reason"], dtype=object, copy=True)
     details = np.array(batch["detail"], dtype=object, copy=True)
@@ -140,6 +147,9 @@ def filter_batch(batch: dict[str, np.ndarray], cfg: FilterConfig) -> dict[str, n
         normalized = normalize_text(str(texts[i]), cfg)
         doc = Doc(normalized)
         verdict = run_blocks(doc, blocks)
+        if verdict is None and protected is not None:
+            found = contamination(doc.text, protected)
+            verdict = None if found is None else Verdict(*found)
         languages[i] = doc.language
         if verdict is None:
             texts[i] = doc.text  # as the rewriting blocks left it

@@ -26,7 +26,8 @@ def test_every_block_is_registered_with_a_section():
 
 
 def test_default_blocks_and_order():
-    assert FilterConfig().blocks == ["gopher_quality", "gopher_repetition", "c4", "fineweb", "language"]
+    assert FilterConfig().blocks == ["gopher_quality", "gopher_repetition", "code", "c4", "fineweb", "language",
+                                    "lm_quality"]
     assert [b.name for b in build_blocks(FilterConfig(blocks=["language", "pii"]))] == ["language", "pii"]
 
 

@@ -1,0 +1,1 @@
+"""Decontamination: drop documents that share an n-gram with the evaluation sets (``protected``, ``check``)."""
