@@ -67,7 +67,10 @@ def corpus_config(*, config: dict[str, Any] | str | None = None, overrides: list
             strict.set_path(raw, "tokenizer.sample_seed", value)
         elif name == "decontaminate":  # added to the config file's paths
             section = raw.get("decontaminate") if isinstance(raw.get("decontaminate"), dict) else {}
-            strict.set_path(raw, "decontaminate.paths", list(section.get("paths", [])) + list(value))
+            paths = section.get("paths", [])
+            if not isinstance(paths, list):
+                raise strict.ConfigError(f"decontaminate.paths: expected a list of locations, got {paths!r}")
+            strict.set_path(raw, "decontaminate.paths", paths + list(value))
         elif name == "lowercase":
             strict.set_path(raw, "tokenizer.lowercase", value)
             strict.set_path(raw, "tokenizer.strip_accents", value)
@@ -130,7 +133,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="file, directory, glob or URI (s3://, gs://, https://); repeatable")
     p.add_argument("--out", required=True, help="corpus location to write: a path, s3://bucket/prefix or gs://...")
     p.add_argument("--config", default=None, help="JSON file (path or URI) with a corpus config "
-                                                  "(sections ingest, filter, dedup, tokenizer, pack, shard, rejected)")
+                                                  "(sections ingest, filter, decontaminate, dedup, tokenizer, pack, shard, rejected)")
     p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", dest="overrides",
                    help="any corpus config field, e.g. filter.gopher_quality.min_doc_words=50 (repeatable)")
     p.add_argument("--profile", default=None, choices=("web", "books", "bert-format"),

@@ -30,7 +30,7 @@ def tokens(text: str) -> list[str]:
     return TOKEN.findall(unicodedata.normalize("NFKC", text).lower())
 
 
-@functools.lru_cache(maxsize=1 << 20)
+@functools.lru_cache(maxsize=1 << 16)  # the frequent tokens: ~13 MB per process
 def token_hash(token: str) -> int:
     return int.from_bytes(hashlib.blake2b(token.encode(), digest_size=8).digest(), "little")
 

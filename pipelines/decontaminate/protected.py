@@ -26,7 +26,7 @@ import json
 import os
 import posixpath
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -53,6 +53,12 @@ class ProtectedSet:
     def record(self) -> dict[str, Any]:
         """What the manifest keeps: the protected files with their hashes, and the set's size."""
         return {"ngram": self.n, "ngrams": int(len(self.hashes)), "files": self.files}
+
+    def warnings(self) -> list[str]:
+        """Tasks this set cannot protect: none of their texts is ``n`` tokens long."""
+        empty = sorted({f["task"] for f in self.files} - {f["task"] for f in self.files if f["ngrams"]})
+        return [f"decontamination: no text of {task} has {self.n} tokens; nothing of it is protected"
+                for task in empty]
 
 
 def _is_eval_file(name: str, suffix: str) -> bool:
@@ -83,46 +89,47 @@ def _folder_files(path: str) -> list[ProtectedFile]:
         raise ConfigError(f"decontaminate.paths: {path} does not exist")
     rel = storage.find(path)
     top = path.rstrip("/")
-    here = _task_files(top, [r for r in rel if "/" not in r])
-    if not here:
-        subs = sorted({r.split("/")[0] for r in rel if r.count("/") == 1})
-        for sub in subs:
-            here += _task_files(storage.join(top, sub), [r.split("/")[1] for r in rel if r.startswith(sub + "/")
-                                                         and r.count("/") == 1])
+    # Named after the folder as given or, for a local ".", as it is called.
+    name = posixpath.basename(os.path.abspath(top) if storage.is_local(top) else top)
+    here = _task_files(top, name, [r for r in rel if "/" not in r])
+    for sub in sorted({r.split("/")[0] for r in rel if r.count("/") == 1}):  # both levels, always
+        here += _task_files(storage.join(top, sub), sub, [r.split("/")[1] for r in rel
+                                                          if r.startswith(sub + "/") and r.count("/") == 1])
     if not here:
         raise ConfigError(f"decontaminate.paths: {path} holds no dev*/test* .tsv or SQuAD .json files "
                           "(expected a GLUE task folder, a folder of them, or a SQuAD JSON file)")
     return here
 
 
-def _task_files(folder: str, names: list[str]) -> list[ProtectedFile]:
-    task = posixpath.basename(folder)
+def _task_files(folder: str, task: str, names: list[str]) -> list[ProtectedFile]:
     tsv = [ProtectedFile(storage.join(folder, e), task, "glue") for e in sorted(names) if _is_eval_file(e, ".tsv")]
     squad = [ProtectedFile(storage.join(folder, e), "", "squad") for e in sorted(names) if _is_eval_file(e, ".json")]
     return tsv + squad
 
 
 def texts_of(f: ProtectedFile, data: bytes) -> tuple[str, Iterator[str]]:
-    """(task name, the texts) of one file's bytes."""
-    text = data.decode("utf-8-sig", errors="replace")
+    """(task name, the texts) of one file's bytes; a file that is not UTF-8 or not of its format
+    is a one-line ``ConfigError`` naming it."""
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"decontaminate.paths: {f.uri} is not UTF-8 text ({exc})") from None
     if f.kind == "glue":
-        return f.task, (cell for line in text.splitlines() for cell in line.split("\t"))
+        return f.task, [cell for line in text.splitlines() for cell in line.split("\t")]
     try:
         doc = json.loads(text)
-        articles = doc["data"]
-    except (ValueError, KeyError, TypeError) as exc:
-        raise ConfigError(f"decontaminate.paths: {f.uri} is not a SQuAD JSON file ({exc})") from None
-    version = str(doc.get("version") or "").removeprefix("v")
-
-    def walk() -> Iterator[str]:
-        for article in articles:
-            for para in article.get("paragraphs", []):
-                yield para.get("context", "")
-                for qa in para.get("qas", []):
-                    yield qa.get("question", "")
-                    for answer in qa.get("answers", []) + qa.get("plausible_answers", []):
-                        yield answer.get("text", "")
-    return (f"squad-v{version}" if version else "squad"), walk()
+        version = str(doc.get("version") or "").removeprefix("v")
+        texts = []
+        for article in doc["data"]:
+            for para in article.get("paragraphs") or []:
+                texts.append(str(para.get("context") or ""))
+                for qa in para.get("qas") or []:
+                    texts.append(str(qa.get("question") or ""))
+                    texts += [str(a.get("text") or "") for a in (qa.get("answers") or []) + (qa.get("plausible_answers") or [])]
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ConfigError(f"decontaminate.paths: {f.uri} is not a SQuAD JSON file "
+                          f"(data[].paragraphs[].context/qas; {type(exc).__name__}: {exc})") from None
+    return (f"squad-v{version}" if version else "squad"), texts
 
 
 def build(paths: list[str], n: int) -> ProtectedSet:
@@ -132,18 +139,13 @@ def build(paths: list[str], n: int) -> ProtectedSet:
     for i, f in enumerate(files):
         data = storage.read_bytes(f.uri)
         task, texts = texts_of(f, data)
-        count = 0
-        hashes = []
-        for t in texts:
-            count += 1
-            h = window_hashes(tokens(t), n)
-            if len(h):
-                hashes.append(h)
+        hashes = [h for h in (window_hashes(tokens(t), n) for t in texts) if len(h)]
         h = np.unique(np.concatenate(hashes)) if hashes else np.zeros(0, np.uint64)
         chunks.append(h)
         sources.append(np.full(len(h), i, dtype=np.int32))
+        # texts: TSV cells or SQuAD strings; with_ngram: those long enough to hold a window
         records.append({"uri": f.uri, "task": task, "sha256": sha256_bytes(data), "bytes": len(data),
-                        "texts": count, "ngrams": int(len(h))})
+                        "texts": len(texts), "with_ngram": len(hashes), "ngrams": int(len(h))})
     all_hashes = np.concatenate(chunks) if chunks else np.zeros(0, np.uint64)
     all_sources = np.concatenate(sources) if sources else np.zeros(0, np.int32)
     # The first file (in the order given) that holds an n-gram owns it.
@@ -153,5 +155,11 @@ def build(paths: list[str], n: int) -> ProtectedSet:
 
 
 def fingerprint(paths: list[str]) -> list[tuple[str, str]]:
-    """(uri, sha256) of every protected file: what the filter stage's key covers."""
-    return [(f.uri, sha256_bytes(storage.read_bytes(f.uri))) for f in discover(paths)]
+    """(uri, sha256) of every protected file: what the filter stage's key covers. Each file is
+    also parsed here, at planning, so a bad one fails before any stage runs."""
+    out = []
+    for f in discover(paths):
+        data = storage.read_bytes(f.uri)
+        texts_of(f, data)
+        out.append((f.uri, sha256_bytes(data)))
+    return out

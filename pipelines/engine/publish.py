@@ -62,7 +62,8 @@ def manifest_of(build: CorpusBuild, results: dict[str, StageResult]) -> schema.M
                            splits=splits, shards=shards, stats=stats, config=build.cfg.to_dict(),
                            rejected=rejected, generation=results["shard"].key, build_key=build.build_key,
                            languages=results["filter"].stats.get("languages", {}),
-                           warnings=list(results["pack"].stats.get("warnings", [])),
+                           warnings=list(results["filter"].stats.get("warnings", []))
+                           + list(results["pack"].stats.get("warnings", [])),
                            decontamination=results["filter"].stats.get("decontamination", {}))
 
 

@@ -13,8 +13,10 @@ pack           near_dedup, tokenizer   pack                        examples
 shard          pack, tokenizer         shard                       ``shards/<key>/``
 =============  ======================  ==========================  ===========================
 
-A stage's cache key hashes the code version, its config sections, the keys of its inputs and,
-for ingest, the sources' fingerprint (for a pretrained tokenizer, that file's sha256): every
+A stage's cache key hashes the code version, its config sections, the keys of its inputs and the
+files the config names: for ingest, the sources' fingerprint; for filter, the protected
+evaluation files' and a named language-model reference's sha256; for a pretrained tokenizer,
+that file's sha256. Every
 input that decides a stage's output is in its key, so a rerun with anything changed reruns that
 stage and everything after it, and nothing before. A stage function gets a ``StageRun`` (its
 key, config, locations and its inputs' results) and returns a record of what it wrote; the
@@ -37,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from common import storage
+from common.config import ConfigError
 from common.hashing import sha256_bytes
 from pipelines import schema
 from pipelines.engine import parts
@@ -148,7 +151,9 @@ def _ingest(run: StageRun) -> dict[str, Any]:
 def _filter(run: StageRun) -> dict[str, Any]:
     from pipelines.filters import filter_batch
 
-    kwargs: dict[str, Any] = {"cfg": run.cfg.filter}
+    # The stage key names the blocks' inputs (a named reference's sha256 among them): a worker
+    # process that outlives a build rebuilds its blocks when it changes.
+    kwargs: dict[str, Any] = {"cfg": run.cfg.filter, "version": run.key}
     protected = None
     if run.cfg.decontaminate.paths:
         import ray
@@ -169,6 +174,7 @@ def _filter(run: StageRun) -> dict[str, Any]:
         removed = {r.split(":", 1)[1]: n[0] for r, n in out["reasons"].items() if r.startswith("decontaminate:")}
         tasks = dict.fromkeys(f["task"] for f in protected.files)
         stats["decontamination"] = {**protected.record(), "removed": {t: removed.get(t, 0) for t in tasks}}
+        stats["warnings"] = protected.warnings()
     return {"stats": stats, "files": out["files"], "rejected": out["rejected"]}
 
 
@@ -224,11 +230,17 @@ def filter_fingerprint(cfg: CorpusConfig) -> Any:
     named reference of the language-model block, by sha256 (an edited dev set reruns filtering)."""
     from pipelines.decontaminate.protected import fingerprint
 
+    from pipelines.filters.lm_quality import reference_text
+
     out: dict[str, Any] = {}
     if cfg.decontaminate.paths:
         out["decontaminate"] = fingerprint(cfg.decontaminate.paths)
     if "lm_quality" in cfg.filter.blocks and cfg.filter.lm_quality.reference:
-        out["lm_reference"] = sha256_bytes(storage.read_bytes(cfg.filter.lm_quality.reference))
+        uri = cfg.filter.lm_quality.reference
+        try:  # read and decoded here, at planning: a bad reference fails before any stage runs
+            out["lm_reference"] = sha256_bytes(reference_text(uri).encode())
+        except (ValueError, OSError) as exc:
+            raise ConfigError(f"filter.lm_quality.reference: {exc}") from None
     return out or ""
 
 

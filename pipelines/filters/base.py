@@ -120,19 +120,22 @@ def run_blocks(doc: Doc, blocks: list[Block]) -> Verdict | None:
 _BLOCKS_CACHE: dict[str, list[Block]] = {}
 
 
-def _cached_blocks(cfg: FilterConfig) -> list[Block]:
-    # One set of blocks per config and process: building the language block loads its model.
-    key = json.dumps(dataclasses.asdict(cfg), sort_keys=True)
+def _cached_blocks(cfg: FilterConfig, version: str = "") -> list[Block]:
+    # One set of blocks per config (and filter-stage key: it covers the files the blocks read)
+    # and process: building the language block loads its model.
+    key = json.dumps(dataclasses.asdict(cfg), sort_keys=True) + version
     if key not in _BLOCKS_CACHE:
         _BLOCKS_CACHE[key] = build_blocks(cfg)
     return _BLOCKS_CACHE[key]
 
 
-def filter_batch(batch: dict[str, np.ndarray], cfg: FilterConfig, protected: Any = None) -> dict[str, np.ndarray]:
+def filter_batch(batch: dict[str, np.ndarray], cfg: FilterConfig, protected: Any = None,
+                 version: str = "") -> dict[str, np.ndarray]:
     """Normalise and filter every not-yet-rejected row (see the module docstring); with
     ``protected`` (a ``ProtectedSet`` or a Ray reference to one), a document the blocks keep is
-    then checked against it (``pipelines.decontaminate.check``)."""
-    blocks = _cached_blocks(cfg)
+    then checked against it (``pipelines.decontaminate.check``). ``version``: the filter stage's
+    key, so that blocks built for an earlier build are not reused."""
+    blocks = _cached_blocks(cfg, version)
     if protected is not None:
         from pipelines.decontaminate.check import contamination, resolve
 

@@ -52,13 +52,20 @@ _LINE = re.compile(r"(?m)^[ \t]*\S")  # a non-empty line
 _SYMBOLS = frozenset("{}[]<>=;|\\$#")
 
 
+# Addresses and links hold dots, slashes and underscores ("buy_tickets", "info_desk@example.com")
+# and are prose's; they are blanked (same length, so lines keep their places) before matching.
+_ADDRESS = re.compile(r"(?:https?://|www\.)[^\s<>\"')\]]+|[\w.+-]+@[\w-]+\.[\w.-]+|\]\([^)\s]*\)")
+
+
 def code_lines(text: str) -> int:
     """The number of lines of ``text`` in which a code match starts."""
+    if "_" in text or "(" in text:  # the only signs an address can fake
+        text = _ADDRESS.sub(lambda m: "x" * len(m.group()), text)
     return len({text.rfind("\n", 0, m.start()) for p in _PATTERNS for m in p.finditer(text)})
 
 
 def is_code_line(line: str) -> bool:
-    return any(p.search(line) for p in _PATTERNS)
+    return code_lines(line) > 0
 
 
 class Code:

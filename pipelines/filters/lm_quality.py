@@ -6,8 +6,8 @@ garbled pages, shuffled sentences): every count is a prose document's. A languag
 block scores each document with a word trigram Kneser-Ney model (``pipelines.filters.kneser_ney``)
 built from a clean reference text and applies three rules, in this order:
 
-* ``unknown_words`` (on): more than ``max_unknown_frac`` of the tokens are words the reference
-  never had (made-up words, another script, tables of codes). English prose of another domain
+* ``unknown_words`` (on): more than ``max_unknown_frac`` of the tokens are ones the reference
+  never had (made-up words, another script, tables of codes and numbers). English prose of another domain
   stays far below: its rare words are a few per hundred.
 * ``context_gain`` (on): the mean gain, in nats per known word, of the model's probability of
   each word given the two tokens before it over the same model's probability with no context. Meaningful text
@@ -31,7 +31,7 @@ The reference: by default 2.4 MB of public-domain books shipped in
 ``pipelines/filters/reference/`` (their list is beside them); ``filter.lm_quality.reference``
 names another UTF-8 text file (``.txt`` or ``.txt.gz``, any storage location; documents separated
 by blank lines): use text of the corpus's own domain and language. The model is built once per
-process and reference location (a file changed during a build is not re-read). Only the first
+process and reference content. Only the first
 ``max_tokens`` tokens of a document are scored: a few hundred words decide, and the cost stays
 bounded on whole books.
 """
@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import functools
 import gzip
+import hashlib
 from pathlib import Path
 
 from pipelines.config import LmQualityConfig
@@ -74,10 +75,15 @@ def reference_documents(text: str) -> list[str]:
     return [d for d in text.replace("\r\n", "\n").split("\n\n") if d.strip()]
 
 
-@functools.lru_cache(maxsize=2)
 def model(uri: str | None, min_count: int) -> KneserNey:
-    """The model of reference ``uri``, built once per process."""
-    return KneserNey(reference_documents(reference_text(uri)), min_count=min_count)
+    """The model of reference ``uri``, built once per process and reference content."""
+    text = reference_text(uri)
+    return _model(hashlib.sha256(text.encode()).hexdigest(), text, min_count)
+
+
+@functools.lru_cache(maxsize=2)
+def _model(sha256: str, text: str, min_count: int) -> KneserNey:
+    return KneserNey(reference_documents(text), min_count=min_count)
 
 
 class LmQuality:

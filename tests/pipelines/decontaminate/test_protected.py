@@ -269,7 +269,8 @@ def test_record_lists_files_with_their_sha256_and_counts(tree):
     for path, task, texts in tree["files"]:
         data = path.read_bytes()
         files.append({"uri": str(path), "task": task, "sha256": hashlib.sha256(data).hexdigest(),
-                      "bytes": len(data), "texts": len(texts), "ngrams": len(ref_ngrams(texts))})
+                      "bytes": len(data), "texts": len(texts),
+                      "with_ngram": sum(len(ref_tokens(t)) >= N for t in texts), "ngrams": len(ref_ngrams(texts))})
     union = set().union(*(ref_ngrams(texts) for _, _, texts in tree["files"]))
     assert ps.record() == {"ngram": N, "ngrams": len(union), "files": files}
     assert json.loads(json.dumps(ps.record())) == ps.record()  # goes into manifest.json as is

@@ -336,3 +336,15 @@ def test_config_defaults_and_round_trip():
     d = CorpusConfig().filter
     assert (d.code.max_code_line_frac, d.code.min_code_lines, d.code.max_symbol_ratio) == (0.3, 3, 0.05)
     assert d.blocks.index("code") < d.blocks.index("c4")
+
+
+@pytest.mark.parametrize("line", [
+    "Tickets are on sale at https://example.com/buy_tickets until Friday.",
+    "Write to info_desk@example.com if your order has not arrived.",
+    "Read [the install guide](docs/install_guide) before you begin.",
+    "More at www.example.org/our_story and in the shop.",
+])
+def test_addresses_and_links_are_not_code(line):
+    # their underscores, dots and slashes are prose's; the same shapes outside them still count
+    assert not is_code_line(line)
+    assert is_code_line("result = buy_tickets(count)")

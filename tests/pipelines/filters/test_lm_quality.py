@@ -21,7 +21,7 @@ from pipelines.filters import lm_quality, normalize_text
 from pipelines.filters.kneser_ney import KneserNey, tokens
 from synthetic import web_junk
 from tests.pipelines.filters._docs import SENTENCES, block, prose, reason, verdict
-from tests.pipelines.filters.test_kneser_ney import index_like
+from tests.pipelines.filters._kn_reference import index_like
 
 BOOKS = Path(__file__).resolve().parents[4] / "shared" / "data" / "corpus" / "gutenberg"
 P = "filter:lm_quality:"
