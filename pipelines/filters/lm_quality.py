@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import functools
 import gzip
-import hashlib
 from pathlib import Path
 
 from pipelines.config import LmQualityConfig
@@ -77,12 +76,11 @@ def reference_documents(text: str) -> list[str]:
 
 def model(uri: str | None, min_count: int) -> KneserNey:
     """The model of reference ``uri``, built once per process and reference content."""
-    text = reference_text(uri)
-    return _model(hashlib.sha256(text.encode()).hexdigest(), text, min_count)
+    return _model(reference_text(uri), min_count)
 
 
 @functools.lru_cache(maxsize=2)
-def _model(sha256: str, text: str, min_count: int) -> KneserNey:
+def _model(text: str, min_count: int) -> KneserNey:  # cached by the text itself, not its location
     return KneserNey(reference_documents(text), min_count=min_count)
 
 
