@@ -239,7 +239,9 @@ def filter_fingerprint(cfg: CorpusConfig) -> Any:
         uri = cfg.filter.lm_quality.reference
         try:  # read and decoded here, at planning: a bad reference fails before any stage runs
             out["lm_reference"] = sha256_bytes(reference_text(uri).encode())
-        except (ValueError, OSError) as exc:
+        except ValueError as exc:  # not gzip / not UTF-8: its message names the key already
+            raise ConfigError(str(exc)) from None
+        except OSError as exc:  # missing, denied, store down
             raise ConfigError(f"filter.lm_quality.reference: {exc}") from None
     return out or ""
 

@@ -32,6 +32,7 @@ def test_a_bad_reference_fails_at_planning_naming_the_key(tmp_path, name, data, 
     with pytest.raises(ConfigError, match=match) as err:
         filter_fingerprint(_cfg(str(path)))
     assert str(err.value).startswith("filter.lm_quality.reference: ") and "\n" not in str(err.value)
+    assert str(err.value).count("filter.lm_quality.reference") == 1
 
 
 def test_the_models_content_not_its_location_is_cached(tmp_path):
