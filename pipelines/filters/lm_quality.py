@@ -75,13 +75,19 @@ def reference_documents(text: str) -> list[str]:
 
 
 def model(uri: str | None, min_count: int) -> KneserNey:
-    """The model of reference ``uri``, built once per process and reference content."""
-    return _model(reference_text(uri), min_count)
+    """The model of reference ``uri``, built once per process and reference content (the shipped
+    one is kept apart, so that named references never evict it)."""
+    if uri is None:
+        return _shipped(min_count)
+    return _named(reference_text(uri), min_count)
 
 
-@functools.lru_cache(maxsize=2)
-def _model(text: str, min_count: int) -> KneserNey:  # cached by the text itself, not its location
+def _build(text: str, min_count: int) -> KneserNey:
     return KneserNey(reference_documents(text), min_count=min_count)
+
+
+_shipped = functools.cache(lambda min_count: _build(reference_text(None), min_count))
+_named = functools.lru_cache(maxsize=2)(_build)  # cached by the text itself, not its location
 
 
 class LmQuality:
