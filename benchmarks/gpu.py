@@ -115,7 +115,7 @@ class Side:
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.params, self.cfg.optimizer.grad_clip, foreach=True)
         self.opt.step()
-        self.opt.zero_grad(set_to_none=True)
+        self.opt.zero_grad()  # set to None by default; DeepSpeed's FusedAdam takes no set_to_none
 
 
 class Ours(Side):

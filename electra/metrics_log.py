@@ -92,6 +92,10 @@ class MetricWindow:
         self.sums = torch.zeros(len(FIELDS) + 2 + 2 * AUC_BINS, dtype=torch.float64, device=self.device)
         self.started = time.perf_counter()
 
+    def exclude(self, seconds: float) -> None:
+        """Leave ``seconds`` (an evaluation, a checkpoint) out of this window's throughput."""
+        self.started += seconds
+
     @property
     def pending(self) -> bool:
         return bool(self.sums[len(FIELDS)] > 0)

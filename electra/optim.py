@@ -36,7 +36,10 @@ without DeepSpeed call ``clip_grad_norm``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+import os
+import re
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 
 import torch
 from torch import nn
@@ -143,8 +146,34 @@ def fused_adam(groups: list[dict], cfg: OptimizerConfig) -> torch.optim.Optimize
         raise RuntimeError("FusedAdam is a CUDA kernel and no CUDA device is available")
     from deepspeed.ops.adam import FusedAdam
 
-    return FusedAdam(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps, weight_decay=cfg.weight_decay,
-                     adam_w_mode=True, bias_correction=cfg.bias_correction)
+    with _arch_list_deepspeed_parses():  # the op is built (JIT, once per machine) on construction
+        return FusedAdam(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps,
+                         weight_decay=cfg.weight_decay, adam_w_mode=True, bias_correction=cfg.bias_correction)
+
+
+def deepspeed_arch_list(value: str) -> str:
+    """``TORCH_CUDA_ARCH_LIST`` without architecture-specific suffixes: ``"8.0 9.0a+PTX"`` ->
+    ``"8.0;9.0+PTX"``. DeepSpeed's JIT builder sorts the entries as integers and fails on ``9.0a``
+    (the Hopper-specific target that CUDA images set); Adam needs no sm_90a instruction."""
+    out: list[str] = []
+    for entry in value.replace(";", " ").split():
+        entry = re.sub(r"^(\d+\.\d+)[a-z]+", r"\1", entry)
+        if entry not in out:
+            out.append(entry)
+    return ";".join(out)
+
+
+@contextmanager
+def _arch_list_deepspeed_parses() -> Iterator[None]:
+    old = os.environ.get("TORCH_CUDA_ARCH_LIST")
+    if old is None:
+        yield
+        return
+    os.environ["TORCH_CUDA_ARCH_LIST"] = deepspeed_arch_list(old)
+    try:
+        yield
+    finally:
+        os.environ["TORCH_CUDA_ARCH_LIST"] = old
 
 
 def lr_multiplier(step: int, cfg: OptimizerConfig) -> float:

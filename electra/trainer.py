@@ -122,11 +122,11 @@ class Trainer:
             if self.step % cfg.train.log_every == 0 or self.step == max_steps:
                 self._log(window, lr=lr, flops=flops, peak=peak, bar=bar)
             if cfg.train.eval_every and self.step % cfg.train.eval_every == 0:
-                self.evaluate()
+                _outside(window, self.evaluate)
             if self.step % cfg.train.save_every == 0 or self.step == max_steps:
                 if window.pending:  # tokens_seen in meta.json must include this window
                     self._log(window, lr=lr, flops=flops, peak=peak, bar=bar)
-                self.save(self.wall_before + time.perf_counter() - started)
+                _outside(window, lambda: self.save(self.wall_before + time.perf_counter() - started))
             if self.hooks.after_step is not None:
                 self.hooks.after_step(self.step)
         bar.close()
@@ -158,6 +158,9 @@ class Trainer:
                            grad_norm=float(norm) if norm is not None else None, flops_per_token=flops,
                            peak=peak, world_size=self.dist.world_size)
         rec["tokens_seen"] = self.tokens_seen
+        dev = self.engine.device
+        if isinstance(dev, torch.device) and dev.type == "cuda":  # the most this rank has held since start
+            rec["max_memory_gib"] = torch.cuda.max_memory_allocated(dev) / 2**30
         self.metrics.write(rec)
         bar.set_postfix(loss=f"{rec['loss']:.3f}", tok_s=f"{rec['tokens_per_sec']:.0f}", refresh=False)
 
@@ -235,6 +238,16 @@ class Trainer:
             model = ElectraForPretraining(self.cfg.model)
         model.load_state_dict(state, strict=True)
         return model
+
+
+def _outside(window: MetricWindow, work) -> None:
+    """Run ``work`` (an evaluation, a checkpoint) without counting its time in the window's
+    tokens/s and MFU. The device finishes the queued training steps first, so their time stays in."""
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    work()
+    window.exclude(time.perf_counter() - t0)
 
 
 def _flops_per_token(cfg) -> float | None:

@@ -7,9 +7,16 @@ every token-wise op (embedding LayerNorm, projections, QKV, attention output, FF
 dropout, the discriminator head) runs on [N, H] with N the real tokens instead of B x T. Only
 attention needs the sequence structure:
 
-- CUDA: the jagged (nested) SDPA, one ragged tensor per q/k/v built from the [N, ...] values and
-  the row offsets, which dispatches to the flash / memory-efficient kernels (attention dropout
-  included; ``torch.nn.attention.varlen`` has no dropout, so it is not used).
+- CUDA, bf16/fp16: FlashAttention's variable-length kernel called directly
+  (``aten._flash_attention_forward`` on the [N, heads, head_dim] q/k/v with int32 row offsets;
+  attention dropout included, differentiable through its own backward). No host sync and no
+  Python dispatch per layer. The jagged (nested-tensor) SDPA reaches the same kernel, but every
+  call goes through the nested tensor's Python ``__torch_dispatch__`` and reads its minimum row
+  length back to the host to choose a kernel (several syncs per layer, forward and backward):
+  on an H100 that left the GPU idle most of a Large step (docs/gpu.md).
+  ``torch.nn.attention.varlen`` has no dropout, so it is not used.
+- CUDA, fp32 (TF32 runs), or a batch with an empty row: the jagged SDPA (memory-efficient kernel),
+  given both row-length bounds so that it needs no sync of its own.
 - CPU: the rows are sorted by length and split into ``ATTENTION_BUCKETS`` groups; per group q/k/v
   are scattered back into [rows, W, ...] (W = the group's last real position + 1), SDPA runs with
   the key-padding mask, and the real rows are gathered out again. Buckets cut the score entries
@@ -56,6 +63,7 @@ class Unpadded(NamedTuple):
     shape: tuple[int, int]   # (B, T)
     offsets: torch.Tensor    # [B + 1] cumulative real-token counts (the jagged layout)
     max_len: int             # the longest row's real-token count
+    min_len: int             # the shortest row's
     buckets: tuple[Bucket, ...]  # CPU attention (empty on CUDA)
     restore: torch.Tensor | None  # [N]: the buckets' concatenated tokens back in [N] order
 
@@ -81,12 +89,13 @@ def unpad_layout(attention_mask: torch.Tensor | None, buckets: int = ATTENTION_B
     rows, positions = indices // t, indices % t
     counts = keep.sum(1)
     offsets = torch.cat([counts.new_zeros(1), counts.cumsum(0)])
+    shortest, longest = torch.stack([counts.min(), counts.max()]).tolist()  # one sync for both
     groups: tuple[Bucket, ...] = ()
     restore = None
     if not keep.is_cuda:
         groups = _buckets(keep, counts, rows, positions, buckets)
         restore = torch.cat([g.tokens for g in groups]).argsort() if len(groups) > 1 else None
-    return Unpadded(indices, positions, (b, t), offsets, int(counts.max()), groups, restore)
+    return Unpadded(indices, positions, (b, t), offsets, longest, shortest, groups, restore)
 
 
 def _buckets(keep: torch.Tensor, counts: torch.Tensor, rows: torch.Tensor, positions: torch.Tensor,
@@ -110,8 +119,22 @@ def _buckets(keep: torch.Tensor, counts: torch.Tensor, rows: torch.Tensor, posit
 def unpadded_attention(qkv: torch.Tensor, layout: Unpadded, num_heads: int, dropout_p: float) -> torch.Tensor:
     """Multi-head attention of [N, 3H] fused projections within each row of ``layout`` -> [N, H]."""
     if qkv.is_cuda:
+        if qkv.dtype in (torch.bfloat16, torch.float16) and layout.min_len > 0:
+            return varlen_flash_attention(qkv, layout, num_heads, dropout_p)
         return jagged_attention(qkv, layout, num_heads, dropout_p)
     return repadded_attention(qkv, layout, num_heads, dropout_p)
+
+
+def varlen_flash_attention(qkv: torch.Tensor, layout: Unpadded, num_heads: int, dropout_p: float) -> torch.Tensor:
+    """FlashAttention over the rows of ``layout``, straight on the [N, heads, head_dim] values: the
+    kernel the jagged SDPA ends in, without its per-call dispatch and syncs (bf16/fp16 only)."""
+    n, h3 = qkv.shape
+    h = h3 // 3
+    q, k, v = (x.contiguous() for x in qkv.view(n, 3, num_heads, h // num_heads).unbind(1))
+    cu = layout.offsets.to(torch.int32)
+    out = torch.ops.aten._flash_attention_forward(q, k, v, cu, cu, layout.max_len, layout.max_len, dropout_p,
+                                                  False, False)[0]
+    return out.reshape(n, h)
 
 
 def repadded_attention(qkv: torch.Tensor, layout: Unpadded, num_heads: int, dropout_p: float) -> torch.Tensor:
@@ -135,7 +158,8 @@ def jagged_attention(qkv: torch.Tensor, layout: Unpadded, num_heads: int, dropou
     h = h3 // 3
     parts = qkv.view(n, 3, num_heads, h // num_heads).unbind(1)
     # The jagged SDPA wants each of q/k/v contiguous after the head transpose: copy out of the fused tensor.
-    q, k, v = (torch.nested.nested_tensor_from_jagged(x.contiguous(), layout.offsets, max_seqlen=layout.max_len)
-               .transpose(1, 2) for x in parts)
+    # Both bounds given: the kernel choice needs no host sync of its own.
+    q, k, v = (torch.nested.nested_tensor_from_jagged(x.contiguous(), layout.offsets, max_seqlen=layout.max_len,
+                                                      min_seqlen=layout.min_len).transpose(1, 2) for x in parts)
     a = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p)
     return a.transpose(1, 2).values().reshape(n, h)

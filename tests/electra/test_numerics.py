@@ -56,7 +56,7 @@ def bf16_run(tmp_path_factory):
         runner.train()
         runner.export()
         masters = trainer.fp32_model().state_dict()
-        module = {k: v.detach().clone() for k, v in trainer.engine.module.model.state_dict().items()}
+        module = {k: v.detach().cpu().clone() for k, v in trainer.engine.module.model.state_dict().items()}  # masters: CPU
         yield {"trainer": trainer, "before": before, "after": after, "masters": masters, "module": module,
                "run": tmp / "run"}
     finally:
@@ -177,6 +177,21 @@ def test_auc_streams_over_micro_batches_like_one_batch():
     assert auc_from_histogram(torch.zeros(2 * AUC_BINS)) is None  # no positives: undefined, not 0.5
 
 
+def test_window_leaves_excluded_time_out_of_its_seconds(monkeypatch):
+    """Evaluations and checkpoints (``trainer._outside``) do not count in tokens/s and MFU; a fake
+    clock makes the seconds exact."""
+    from electra import metrics_log
+
+    now = [100.0]
+    monkeypatch.setattr(metrics_log.time, "perf_counter", lambda: now[0])
+    window = MetricWindow(torch.device("cpu"))
+    now[0] += 7.0  # 7 s of training ...
+    window.exclude(5.0)  # ... of which 5 s were an evaluation
+    assert window.flush()[2] == pytest.approx(2.0)
+    now[0] += 3.0
+    assert window.flush()[2] == pytest.approx(3.0)  # a flush starts the next window afresh
+
+
 def test_activation_checkpointing_gives_the_same_gradients_and_rng_stream():
     from electra.model import ElectraForPretraining
     from electra.objective import ElectraObjective, SpecialTokens
@@ -224,8 +239,11 @@ def test_fused_adam_equals_adam_weight_decay(bias_correction):
             for p, gr in zip(params, grads):
                 p.grad = gr.clone()
             opt.step()
-    for a, c in zip(ours, theirs):
-        assert torch.allclose(a, c, rtol=1e-6, atol=1e-7), (a - c).abs().max()
+    # The fused kernel rounds differently (measured on an H100: 1.9e-6 after 5 steps, ~4e-5 of the
+    # distance moved); a wrong bias correction, decay mode or decay group is off by >= 2e-3 of it.
+    for a, c, start in zip(ours, theirs, (w, b)):
+        moved = (a - start).abs().max()
+        assert (a - c).abs().max() <= 2e-4 * moved, ((a - c).abs().max(), moved)
 
 
 @pytest.mark.skipif(not CUDA, reason="TF32 is a CUDA setting")

@@ -134,3 +134,18 @@ def test_clip_grad_norm_scales_to_global_norm():
     norm = clip_grad_norm([p, q], 1.0)
     assert norm.item() == pytest.approx(5.0)
     assert torch.allclose(p.grad, torch.tensor([0.6, 0.0])) and torch.allclose(q.grad, torch.tensor([0.8]))
+
+
+@pytest.mark.parametrize("value, want", [
+    ("9.0a", "9.0"),                                  # what CUDA images set for Hopper
+    ("8.0 9.0a+PTX", "8.0;9.0+PTX"),                  # spaces, a suffix before +PTX
+    ("7.5;8.0;9.0;9.0a;10.0f", "7.5;8.0;9.0;10.0"),   # duplicates once the suffix is gone
+    ("12.0", "12.0"),
+])
+def test_deepspeed_arch_list_drops_architecture_suffixes(value, want):
+    from electra.optim import deepspeed_arch_list
+
+    got = deepspeed_arch_list(value)
+    assert got == want
+    # what DeepSpeed's JIT builder does with the list (op_builder.builder.compute_capability_args)
+    sorted(got.split(";"), key=lambda cc: tuple(int(part.split("+")[0]) for part in cc.split(".")))
