@@ -127,7 +127,8 @@ class OptimizerConfig:
     fused: Literal["auto", "on", "off"] = "auto"
 
     def validate(self) -> None:
-        check(self.lr > 0, "lr must be positive")
+        # 0 is allowed: the weights stay as loaded (a check that a continued run starts from them)
+        check(self.lr >= 0, "lr must be >= 0")
         check(0 <= self.beta1 < 1 and 0 <= self.beta2 < 1, "beta1 and beta2 must be in [0, 1)")
         check(self.warmup_steps >= 0 and self.total_steps > 0,
               "warmup_steps must be >= 0 and total_steps positive")
@@ -158,9 +159,15 @@ class DataConfig:
     # Write RUN/samples/rank{R}.jsonl: per optimizer step, the (document uid, ordinal) of every
     # example the rank trained on (a contract: tests and audits read it).
     log_samples: bool = False
+    # With several --data corpora: one weight each, in the --data order; each corpus gives an epoch
+    # its weight's share of all their examples (above its own size: repeated; below: a part, another
+    # each epoch; electra/mixture.py). None: each corpus's own share (concatenation). Part of the order.
+    weights: list[float] | None = None
 
     def validate(self) -> None:
         check(self.seq_len is None or self.seq_len >= 8, "seq_len must be >= 8 (or null: the corpus's)")
+        check(self.weights is None or (bool(self.weights) and min(self.weights) >= 0 and sum(self.weights) > 0),
+              f"weights {self.weights}: one number >= 0 per --data corpus, not all 0 (or null)")
         check(self.streams >= 1 and self.eval_batches >= 0, "streams must be >= 1 and eval_batches >= 0")
         check(self.num_workers == "auto" or self.num_workers >= 0, 'num_workers must be >= 0 or "auto"')
         check(self.prefetch_shards >= 0, "prefetch_shards must be >= 0")

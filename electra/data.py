@@ -98,9 +98,11 @@ class DataPosition:
 class Batch:
     input_ids: torch.Tensor  # [m, T] int64, padded with 0
     segment_ids: torch.Tensor  # [m, T] int64
-    keys: list[tuple[int, int]]  # (document uid, ordinal in the document) per row
+    # (document uid, ordinal in the document) per row; with several corpora (corpus, uid, ordinal)
+    keys: list[tuple[int, ...]]
     position: DataPosition  # the start of the optimizer step this micro batch belongs to
     micro: int  # index of this micro batch within the step, 0 .. accum-1
+    sources: torch.Tensor | None = None  # [m] int64: each row's corpus (its position in --data)
 
     @property
     def num_tokens(self) -> int:
@@ -133,7 +135,8 @@ class _Part(NamedTuple):
     worker: int
     input_ids: torch.Tensor
     segment_ids: torch.Tensor
-    keys: list[tuple[int, int]]
+    keys: list[tuple[int, ...]]
+    sources: torch.Tensor  # [rows] int64: each row's corpus (its position in --data)
     bytes_read: int  # shard bytes the worker read since its previous part
     shards_read: tuple[str, ...]  # locations of those shards
 
@@ -153,23 +156,29 @@ class EpochStream(torch.utils.data.IterableDataset):
     def parts(self, worker: int, num_workers: int) -> Iterator[_Part]:
         plan, epoch = self.plan, self.epoch
         segments = plan.segments(worker, num_workers)
-        ordered, bounds = plan.ordered_shards(epoch)
-        sched = plan.schedule(epoch, segments, self.start, self.stop)
+        ordered, bounds = plan.ordered_shards(epoch)  # slices (electra.mixture)
+        sched = plan.schedule(epoch, segments, self.start, self.stop, ordered=(ordered, bounds))
         evict_at: dict[int, list[int]] = {}
         for index, last in zip(sched.order.tolist(), sched.last.tolist()):
             evict_at.setdefault(last, []).append(index)
         reported_bytes = reported_reads = 0
-        with ShardCache(ordered, prefetch=self.prefetch, schedule=sched.order) as cache:
+        mixed = plan.mixture is not None and plan.mixture.num_sources > 1
+        with ShardCache([s.shard for s in ordered], prefetch=self.prefetch, schedule=sched.order) as cache:
             for step in range(self.start, self.stop):
                 cache.read_ahead(int(np.searchsorted(sched.first, step, side="right")) + self.prefetch)
                 where, index = plan.step_sources(epoch, step, segments, bounds)
-                rows = [Row(ordered[w].uri, cache.get(w), i) for w, i in zip(where.tolist(), index.tolist())]
+                where = where.tolist()
+                rows = [Row(ordered[w].uri, cache.get(w), ordered[w].start + i) for w, i in zip(where, index.tolist())]
                 ids, seg = collate(rows, seq_len=plan.seq_len)
+                sources = [ordered[w].source for w in where]
                 keys = [(int(r.examples.uid[r.index]), int(r.examples.ordinal[r.index])) for r in rows]
+                if mixed:  # the sample log's keys name the corpus first (its position in --data)
+                    keys = [(src, *key) for src, key in zip(sources, keys)]
                 cache.evict(evict_at.pop(step, ()))
                 done, reads = cache.read_so_far()
                 new = tuple(ordered[i].uri for i in reads[reported_reads:])
-                yield _Part(step, worker, ids, seg, keys, done - reported_bytes, new)
+                yield _Part(step, worker, ids, seg, keys, torch.tensor(sources, dtype=torch.int64),
+                            done - reported_bytes, new)
                 reported_bytes, reported_reads = done, len(reads)
 
 
@@ -256,10 +265,11 @@ def _micro_batches(plan: StreamPlan, epoch: int, parts: Iterator[_Part], num_par
             account(p)
         ids = torch.cat([p.input_ids for p in got])
         seg = torch.cat([p.segment_ids for p in got])
+        sources = torch.cat([p.sources for p in got])
         keys = [k for p in got for k in p.keys]
         for k in range(plan.accum):
-            yield Batch(ids[k * m:(k + 1) * m], seg[k * m:(k + 1) * m], keys[k * m:(k + 1) * m],
-                        DataPosition(epoch, step), k)
+            part = slice(k * m, (k + 1) * m)
+            yield Batch(ids[part], seg[part], keys[part], DataPosition(epoch, step), k, sources[part])
 
 
 def eval_batches(plan: StreamPlan, num_steps: int, *, prefetch: int = 2) -> Iterator[Batch]:

@@ -154,8 +154,10 @@ def from_hf(disc: dict[str, torch.Tensor], gen: dict[str, torch.Tensor], cfg: Mo
 
 
 def export_hf(model: ElectraForPretraining, cfg: ModelConfig, out_dir: str | Path, *,
-              tokenizer_dir: str | Path | None = None) -> Path:
-    """Write ``out_dir/discriminator`` and ``out_dir/generator`` atomically; returns ``out_dir``."""
+              tokenizer_dir: str | Path | None = None, lineage: dict | None = None) -> Path:
+    """Write ``out_dir/discriminator`` and ``out_dir/generator`` atomically; returns ``out_dir``.
+    ``lineage``: where the run started from (``electra.init_from``), kept in each ``config.json``
+    as ``electra_lineage`` (``transformers`` keeps unknown keys as attributes)."""
     out_dir = Path(out_dir)
     tok_files = _tokenizer_files(tokenizer_dir)
     tmp = out_dir.parent / f".{out_dir.name}.tmp-{os.getpid()}"
@@ -168,6 +170,8 @@ def export_hf(model: ElectraForPretraining, cfg: ModelConfig, out_dir: str | Pat
         save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
         apply_umask(folder / "model.safetensors")  # safetensors creates it 0600 whatever the umask
         config = hf_config(cfg, generator=generator)
+        if lineage is not None:
+            config["electra_lineage"] = lineage
         (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")
         for file, data in _fit_to_model(tok_files, config["max_position_embeddings"]).items():
             (folder / file).write_bytes(data)
@@ -206,7 +210,10 @@ def export_checkpoint(step_dir: str | Path, out_dir: str | Path) -> Path:
     state = {k[len(prefix):]: v for k, v in checkpoint_state_dict(step_dir).items() if k.startswith(prefix)}
     model.load_state_dict(state, strict=True)
     tokenizer_dir = run_dir / layout.TOKENIZER
-    export_hf(model, cfg.model, out_dir, tokenizer_dir=tokenizer_dir if tokenizer_dir.is_dir() else None)
+    from electra.init_from import read_lineage
+
+    export_hf(model, cfg.model, out_dir, tokenizer_dir=tokenizer_dir if tokenizer_dir.is_dir() else None,
+              lineage=read_lineage(run_dir))
     return Path(out_dir)
 
 

@@ -81,15 +81,18 @@ def auc_from_histogram(hist) -> float | None:
 
 
 class MetricWindow:
-    """Sums of objective outputs since the last flush, kept as one device tensor."""
+    """Sums of objective outputs since the last flush, kept as one device tensor. With several
+    corpora (``sources`` > 1), also per corpus: examples, summed discriminator token losses, tokens."""
 
-    def __init__(self, device: torch.device):
-        self.device = device
+    def __init__(self, device: torch.device, sources: int = 1):
+        self.device, self.sources = device, sources
+        self._per_source = len(FIELDS) + 2 + 2 * AUC_BINS  # where the per-corpus sums start
         self.reset()
 
     def reset(self) -> None:
-        # FIELDS..., micro batches, tokens, then the AUC histogram (one all-reduce for all)
-        self.sums = torch.zeros(len(FIELDS) + 2 + 2 * AUC_BINS, dtype=torch.float64, device=self.device)
+        # FIELDS..., micro batches, tokens, the AUC histogram, per-corpus sums (one all-reduce for all)
+        extra = 3 * self.sources if self.sources > 1 else 0
+        self.sums = torch.zeros(self._per_source + extra, dtype=torch.float64, device=self.device)
         self.started = time.perf_counter()
 
     def exclude(self, seconds: float) -> None:
@@ -100,14 +103,19 @@ class MetricWindow:
     def pending(self) -> bool:
         return bool(self.sums[len(FIELDS)] > 0)
 
-    def add(self, out) -> None:
+    def add(self, out, sources: torch.Tensor | None = None) -> None:
+        """Add one micro batch's outputs; ``sources``: each row's corpus (``Batch.sources``)."""
         vals = [getattr(out, f).detach().double() for f in FIELDS]
         vals += [torch.ones((), dtype=torch.float64, device=self.device), out.num_tokens.detach().double()]
         n = len(vals)
         self.sums[:n] += torch.stack(vals)
         hist = getattr(out, "disc_hist", None)
         if hist is not None:
-            self.sums[n:] += hist.detach().double()
+            self.sums[n:self._per_source] += hist.detach().double()
+        if self.sources > 1 and sources is not None:
+            rows = torch.stack([torch.ones_like(out.row_tokens, dtype=torch.float64),
+                                out.row_disc_loss.detach().double(), out.row_tokens.double()], 1)
+            self.sums[self._per_source:].view(self.sources, 3).index_add_(0, sources.to(self.device), rows)
 
     def flush(self) -> tuple[dict[str, float], int, float]:
         """All-reduce; returns (means, global tokens in window, seconds); resets the window."""
@@ -115,7 +123,11 @@ class MetricWindow:
         total = reduced[:len(FIELDS) + 2].tolist()
         micro = max(total[len(FIELDS)], 1.0)
         means = {f: total[i] / micro for i, f in enumerate(FIELDS)}
-        means["disc_auc"] = auc_from_histogram(reduced[len(FIELDS) + 2:])
+        means["disc_auc"] = auc_from_histogram(reduced[len(FIELDS) + 2:self._per_source])
+        if self.sources > 1:
+            for j, (examples, loss, toks) in enumerate(reduced[self._per_source:].view(self.sources, 3).tolist()):
+                means[f"source{j}_examples"] = int(examples)
+                means[f"source{j}_disc_loss"] = loss / toks if toks else None
         tokens, seconds = int(total[-1]), time.perf_counter() - self.started
         self.reset()
         return means, tokens, seconds

@@ -104,6 +104,8 @@ class ObjectiveOutput(NamedTuple):
     num_tokens: torch.Tensor      # non-pad tokens in the batch
     num_masked: torch.Tensor      # chosen positions in the batch
     disc_hist: torch.Tensor       # discriminator AUC histogram (metrics_log.auc_histogram; 0 for "mlm")
+    row_disc_loss: torch.Tensor   # [B] each row's summed token losses (detached; per-corpus metrics)
+    row_tokens: torch.Tensor      # [B] each row's non-pad tokens
 
 
 class Masking(NamedTuple):
@@ -249,8 +251,9 @@ class ElectraObjective(nn.Module):
             acc, precision, recall = binary_stats(disc_logits, labels, non_pad)
             replaced = _weighted_mean(sampled != m.slot_targets, m.valid)
             hist = auc_histogram(disc_logits, labels, non_pad)
+            row_loss = per_token.detach().masked_fill(~non_pad, 0.0).sum(1)
         return ObjectiveOutput(loss, gen_loss, disc_loss, gen_acc, acc, precision, recall, replaced,
-                               num_tokens, m.valid.sum(), hist)
+                               num_tokens, m.valid.sum(), hist, row_loss, non_pad.sum(1))
 
     def _mlm(self, m: Masking, segment_ids: torch.Tensor | None, non_pad: torch.Tensor) -> ObjectiveOutput:
         hidden = self.model.discriminator(m.masked_ids, segment_ids, non_pad)
@@ -262,4 +265,5 @@ class ElectraObjective(nn.Module):
             gen_acc = _weighted_mean(logits.argmax(-1) == m.slot_targets, m.valid)
         return ObjectiveOutput(self.cfg.generator_weight * gen_loss, gen_loss, zero, gen_acc, zero, zero,
                                zero, zero, non_pad.sum(), m.valid.sum(),
-                               torch.zeros(2 * AUC_BINS, dtype=torch.float64, device=logits.device))
+                               torch.zeros(2 * AUC_BINS, dtype=torch.float64, device=logits.device),
+                               non_pad.new_zeros(non_pad.shape[0], dtype=torch.float32), non_pad.sum(1))

@@ -1,8 +1,9 @@
 """The pre-training job: what a user asks for, typed and checked once, before anything starts.
 
 A ``PretrainJob`` names a config (a preset by name, ``large`` or ``large.json``, or a config file
-at any storage location), a corpus location and a run directory, plus ``section.key=value``
-overrides. It is loaded by the project's strict config loader (``common.config``), like the
+at any storage location), one corpus location or several (mixed by ``data.weights``:
+``electra.mixture``), a run directory, plus ``section.key=value`` overrides, and optionally a
+checkpoint to start from (``init_from``: ``electra.init_from``). It is loaded by the project's strict config loader (``common.config``), like the
 corpus build's config: an unknown key or a wrong type is an error naming it. The runner
 (``electra.pretrain_runner``) takes it through its phases; the command line
 (``electra/train.py``) and the Prefect flow (``flows/pretrain.py``) only build one.
@@ -33,13 +34,24 @@ FLAG_ALIASES = {"micro-batch": "micro_batch_size"}
 @dataclass(frozen=True)
 class PretrainJob:
     config: str  # a preset name (electra/configs) or a config location
-    data: str  # the corpus location: path, s3://, gs://, https://
+    data: list[str] | str  # corpus location(s): path, s3://, gs://, https://; several are mixed
     out: str  # the run directory: a local or shared-filesystem path (DeepSpeed saves to paths)
     overrides: list[str] = field(default_factory=list)  # section.key=value, applied in order
+    # Start from this checkpoint's weights (a Hugging Face pair folder, a run, a step folder)
+    init_from: str | None = None
+    # With init_from naming one of our checkpoints: continue its optimiser state and LR schedule
+    resume_schedule: bool = False
+
+    @property
+    def corpora(self) -> list[str]:
+        """The corpus locations, in the order given (their weights follow it)."""
+        return [self.data] if isinstance(self.data, str) else list(self.data)
 
     def validate(self) -> None:
         check(bool(self.config), "config must name a preset or a config file")
-        check(bool(self.data), "data must name a corpus location")
+        check(bool(self.corpora) and all(self.corpora), "data must name a corpus location")
+        check(not self.resume_schedule or bool(self.init_from),
+              "--resume-schedule continues the schedule of --init-from's checkpoint: give --init-from too")
         check(bool(self.out), "out must name a run directory")
         check(storage.is_local(self.out),
               f"--out {self.out}: the run directory must be a local or shared-filesystem path (DeepSpeed "
@@ -90,6 +102,8 @@ def job_from_args(args: argparse.Namespace) -> PretrainJob:
     """The job a parsed command line asks for: flags first, then ``--set`` (which wins)."""
     try:
         return PretrainJob.from_dict({"config": args.config, "data": args.data, "out": args.out,
-                                      "overrides": flag_overrides(args) + list(args.set)})
+                                      "overrides": flag_overrides(args) + list(args.set),
+                                      "init_from": getattr(args, "init_from", None),
+                                      "resume_schedule": bool(getattr(args, "resume_schedule", False))})
     except ConfigError as exc:  # the loader prefixes "job: "; the message names the flag already
         raise ConfigError(str(exc).removeprefix("job: ")) from None

@@ -6,9 +6,13 @@ the key or path, not minutes later as a traceback from every rank. In order:
 
 1. the run directory: a local or shared-filesystem path that is, or can be, a folder;
 2. the config: a preset by name or a file (``electra.config.load_config``), the overrides;
-3. the corpus: manifest, tokenizer (sha256 against the manifest and, when resuming, against the
+2b. ``--init-from``: the checkpoint's architecture replaces the preset's (a contradicting user
+   setting is an error) and its vocabulary must be the corpus's (``electra.init_from``);
+3. the corpora: manifest, tokenizer (sha256 against the manifest and, when resuming, against the
    checkpoint), and one listing per shard folder against the manifest's names and sizes
-   (``electra.corpus``), for the train and validation splits;
+   (``electra.corpus``), for the train and validation splits; several corpora must share the
+   tokenizer and sequence length, and make up each epoch by ``data.weights``
+   (``electra.corpus_set``, ``electra.mixture``);
 4. the run's config, resolved once (``resolve_run_config``): ``data.seq_len`` and the
    vocabulary size are the corpus's (a ``data.seq_len`` given by the user is a check), the
    precision is what this machine can train in;
@@ -16,7 +20,8 @@ the key or path, not minutes later as a traceback from every rank. In order:
 6. the resume: the newest complete checkpoint, its global batch (the data position counts
    global steps, so it must be the same), and whether another world size needs DeepSpeed's
    universal checkpoint (``electra.universal_checkpoint.plan_resume``; refused in one line where it
-   cannot work).
+   cannot work); with ``--resume-schedule`` and no checkpoint of its own, the same for the
+   ``--init-from`` checkpoint.
 
 The result, a frozen ``RunPlan``, is what the other phases (``electra.pretrain_runner``) use;
 ``electra.random_init`` resolves the same way, so its export is the run's step 0.
@@ -36,7 +41,10 @@ from common.config import ConfigError
 from electra import run_layout as layout
 from electra.batch_geometry import BatchGeometry
 from electra.config import ElectraConfig, load_config
-from electra.corpus import CorpusInfo, ShardRef, check_shards, open_corpus
+from electra.corpus import ShardRef
+from electra.corpus_set import CorpusSet, open_corpora
+from electra.init_from import InitSource, apply_architecture, check_vocabulary, find_source, user_model_settings
+from electra.mixture import Mixture
 from electra.pretrain_job import PretrainJob
 
 log = logging.getLogger("electra.train")
@@ -47,14 +55,21 @@ class RunPlan:
     job: PretrainJob
     run_dir: Path
     cfg: ElectraConfig  # resolved: seq_len, vocabulary and precision filled in
-    corpus: CorpusInfo
-    train_shards: tuple[ShardRef, ...]
+    corpus: CorpusSet  # one corpus, or several mixed
+    train_shards: tuple[ShardRef, ...]  # every corpus's, corpus after corpus
     validation_shards: tuple[ShardRef, ...]
     skipped_shards: tuple[str, ...]  # missing or truncated, left out under data.skip_corrupt
     geometry: BatchGeometry
     ds_config: dict
     resume_dir: Path | None
-    resume: object | None  # electra.universal_checkpoint.ResumePlan when resuming
+    resume: object | None  # electra.universal_checkpoint.ResumePlan when resuming (or resuming a schedule)
+    train_mixture: Mixture | None = None  # several corpora: what each gives an epoch
+    init: InitSource | None = None  # --init-from, for a run that starts (not one resuming itself)
+    resume_schedule: bool = False  # load init's optimiser and schedule too (resume is its plan)
+
+    @property
+    def num_sources(self) -> int:
+        return len(self.corpus.corpora)
 
 
 def resolve_run_config(requested: ElectraConfig, *, corpus_seq_len: int, corpus_vocab_size: int,
@@ -110,26 +125,32 @@ def resolve(job: PretrainJob, *, world_size: int | None = None, precision: str |
     world_size = world_size_from_env() if world_size is None else world_size
     run_dir = check_run_dir(job.out)
     requested = load_config(job.config, job.overrides)
+    init = find_source(job.init_from) if job.init_from else None
+    if init is not None:
+        requested = apply_architecture(requested, init, user_model_settings(job.config, job.overrides))
     resume_dir = layout.find_latest(run_dir)
     prior = layout.CheckpointMeta.read(resume_dir) if resume_dir else None
-    corpus = open_corpus(job.data, tokenizer_sha256=prior.tokenizer_sha256 if prior else None,
-                         manifest_sha256=prior.manifest_sha256 if prior else None,
-                         data_sha256=prior.data_sha256 if prior and prior.data_sha256 else None,
-                         allow_change=requested.data.allow_corpus_change)
+    corpus = open_corpora(job.corpora, weights=requested.data.weights,
+                          tokenizer_sha256=prior.tokenizer_sha256 if prior else None,
+                          manifest_sha256=prior.manifest_sha256 if prior else None,
+                          data_sha256=prior.data_sha256 if prior and prior.data_sha256 else None,
+                          allow_change=requested.data.allow_corpus_change)
+    if init is not None:  # before anything is built: seconds, not a model load
+        check_vocabulary(init, corpus_vocabulary(corpus), corpus.primary.root)
     manifest_seq_len = corpus.manifest.seq_len
     if requested.data.seq_len is not None and requested.data.seq_len != manifest_seq_len:
-        raise ConfigError(f"data.seq_len {requested.data.seq_len} but the corpus {job.data} is packed at "
-                          f"{manifest_seq_len}; drop data.seq_len (the corpus's is used) or rebuild the corpus")
+        raise ConfigError(f"data.seq_len {requested.data.seq_len} but the corpus {corpus.primary.root} is packed "
+                          f"at {manifest_seq_len}; drop data.seq_len (the corpus's is used) or rebuild the corpus")
     cfg = resolve_run_config(requested, corpus_seq_len=manifest_seq_len, corpus_vocab_size=corpus.vocab_size,
                              precision=precision or D.effective_precision(requested.train.precision))
     ds_config = D.deepspeed_config(cfg, world_size)  # the batch geometry, logged once, is its part
     geometry = BatchGeometry(ds_config["train_batch_size"], world_size, ds_config["train_micro_batch_size_per_gpu"],
                              ds_config["gradient_accumulation_steps"])
-    train, skipped = check_shards(corpus, "train", skip_corrupt=cfg.data.skip_corrupt)
+    train, skipped, mixture = corpus.shards("train", skip_corrupt=cfg.data.skip_corrupt)
     if not train:
-        raise ConfigError(f"{job.data}: no train shards to read (manifest lists "
-                          f"{len(corpus.manifest.shards_for('train'))}); rebuild the corpus")
-    validation, skipped_val = check_shards(corpus, "validation", skip_corrupt=cfg.data.skip_corrupt)
+        raise ConfigError(f"{', '.join(corpus.locations)}: no train shards to read (manifest lists "
+                          f"{sum(len(c.manifest.shards_for('train')) for c in corpus.corpora)}); rebuild the corpus")
+    validation, skipped_val, _ = corpus.shards("validation", skip_corrupt=cfg.data.skip_corrupt)
     resume = None
     if prior is not None:
         if prior.config_hash != config_hash(cfg):
@@ -144,5 +165,39 @@ def resolve(job: PretrainJob, *, world_size: int | None = None, precision: str |
                              zero_stage=ds_config.get("zero_optimization", {}).get("stage", 0),
                              precision=cfg.train.precision)
         ds_config = ds_config_for_resume(ds_config, resume)
-    return RunPlan(job, run_dir, cfg, corpus, tuple(train), tuple(validation), tuple(skipped + skipped_val),
-                   geometry, ds_config, resume_dir, resume)
+    elif init is not None and job.resume_schedule:
+        resume, ds_config = _schedule_resume(init, cfg, ds_config, world_size)
+    return RunPlan(job, run_dir, cfg, corpus, train, validation, skipped + skipped_val, geometry, ds_config,
+                   resume_dir, resume, mixture, init if prior is None else None,
+                   job.resume_schedule and prior is None)
+
+
+def _schedule_resume(init: InitSource, cfg: ElectraConfig, ds_config: dict, world_size: int):
+    """``--resume-schedule``: load the init checkpoint's optimiser state and schedule, as a resume
+    of that checkpoint would (``plan_resume``), on the new data from its start."""
+    from electra.universal_checkpoint import ds_config_for_resume, plan_resume
+
+    if init.kind != "run":
+        raise ConfigError(f"--resume-schedule: --init-from {init.location} is a Hugging Face folder, which holds "
+                          "no optimiser state or schedule; drop --resume-schedule (the schedule starts at step 0) "
+                          "or start from one of our runs")
+    if init.objective_kind != cfg.objective.kind:
+        raise ConfigError(f"--resume-schedule: {init.location} was trained with objective.kind "
+                          f"{init.objective_kind}, this run has {cfg.objective.kind}; their optimiser states differ")
+    step = layout.CheckpointMeta.read(init.step_dir).step
+    if cfg.max_steps <= step:
+        raise ConfigError(f"--resume-schedule continues {init.step_dir} at step {step}; train.max_steps "
+                          f"{cfg.max_steps} is not past it: give --max-steps above {step}")
+    resume = plan_resume(init.step_dir, world_size=world_size,
+                         zero_stage=ds_config.get("zero_optimization", {}).get("stage", 0),
+                         precision=cfg.train.precision)
+    return resume, ds_config_for_resume(ds_config, resume)
+
+
+def corpus_vocabulary(corpus: CorpusSet):
+    """The corpus tokenizer's vocabulary, with the lower-casing its manifest records."""
+    from electra.vocabulary import from_tokenizer_json
+
+    primary = corpus.primary
+    uri = storage.join(primary.tokenizer_uri, "tokenizer.json")
+    return from_tokenizer_json(storage.read_bytes(uri), uri, lowercase=primary.manifest.tokenizer.lowercase)

@@ -12,10 +12,11 @@
   tokenizer into ``RUN/tokenizer`` (every export reads that copy, so any checkpoint can be
   exported without the corpus, which may be remote). Rank 0's shard listing is broadcast, so
   every rank plans from the same answer even if the store changed between their listings.
-* **build** (``build_objective`` + DeepSpeed): seed, model (identical on every rank), objective,
-  engine with the project's optimiser and LR schedule; then the checkpoint, if any: directly, or
-  through DeepSpeed's universal checkpoint when the world size changed under ZeRO
-  (``electra.checkpoint``).
+* **build** (``build_objective`` + DeepSpeed): seed, model (identical on every rank; the
+  ``--init-from`` weights when the run starts from a checkpoint), objective, engine with the
+  project's optimiser and LR schedule; then the checkpoint, if any: directly, or through
+  DeepSpeed's universal checkpoint when the world size changed under ZeRO (``electra.checkpoint``);
+  with ``--resume-schedule``, the init checkpoint's optimiser state and schedule the same way.
 * **train**: ``electra.trainer.Trainer.run``.
 * **export**: the Hugging Face export ``RUN/hf`` (also when resumed at ``max_steps``: the export
   is a function of the checkpoint), metrics closed, the last event handed to Prefect.
@@ -41,7 +42,8 @@ PHASES = ("resolve", "prepare", "build", "train", "export")
 
 def build_objective(plan: RunPlan):
     """The model and its objective from the run's seed: the same weights on every rank, and the
-    step-0 weights ``electra.random_init`` exports."""
+    step-0 weights ``electra.random_init`` exports; with ``--init-from``, the checkpoint's weights
+    (loaded after the objective, which may set the discriminator bias of a random init)."""
     from electra.model import ElectraForPretraining
     from electra.objective import ElectraObjective, SpecialTokens
 
@@ -49,7 +51,12 @@ def build_objective(plan: RunPlan):
     seed_everything(cfg.train.seed)
     model = ElectraForPretraining(cfg.model)
     special = SpecialTokens.from_manifest(plan.corpus.manifest.tokenizer.special_tokens)
-    return ElectraObjective(model, cfg.objective, special, cfg.seq_len)
+    objective = ElectraObjective(model, cfg.objective, special, cfg.seq_len)
+    if plan.init is not None:
+        from electra.init_from import load_weights
+
+        model.load_state_dict(load_weights(plan.init, cfg.model), strict=True)
+    return objective
 
 
 class PretrainRunner:
@@ -77,6 +84,12 @@ class PretrainRunner:
             for name, obj in ((layout.CONFIG, plan.cfg.to_dict()), (layout.DEEPSPEED_CONFIG, plan.ds_config)):
                 storage.write_bytes(str(plan.run_dir / name), (json.dumps(obj, indent=2) + "\n").encode())
             plan.corpus.copy_tokenizer(str(plan.run_dir / layout.TOKENIZER))
+            if plan.init is not None:  # the source, with the sha256 of its weight files
+                from electra.init_from import LINEAGE, lineage
+
+                record = lineage(plan.init, resume_schedule=plan.resume_schedule)
+                storage.write_bytes(str(plan.run_dir / LINEAGE), (json.dumps(record, indent=2) + "\n").encode())
+                log.info("starting from %s (%s)", plan.init.location, plan.init.kind)
         self.shards = D.on_rank0(lambda: (plan.train_shards, plan.validation_shards))
         D.barrier()
 
@@ -110,6 +123,12 @@ class PretrainRunner:
             start = StartState(meta.step, meta.tokens_seen, meta.wall_time, DataPosition.from_dict(meta.data_position))
             log.info("resumed from %s (step %d, data %s, saved on %d ranks, now %d)", plan.resume_dir, meta.step,
                      start.position, meta.world_size, self.dist.world_size)
+        elif plan.resume_schedule:  # the init checkpoint's optimiser and schedule; the new data from its start
+            meta = ckpt.load_checkpoint(engine, plan.init.step_dir, rank=self.dist.rank,
+                                        universal=plan.resume.universal)
+            start = StartState(meta.step, meta.tokens_seen)
+            log.info("optimiser state and schedule of %s: continuing at step %d on the new data",
+                     plan.init.step_dir, meta.step)
         train_shards, validation_shards = self.shards
         self.trainer = Trainer(plan, self.dist, engine, start, train_shards=train_shards,
                                validation_shards=validation_shards, hooks=self.hooks)

@@ -5,7 +5,9 @@ optimizer step::
 
     {"step": S, "keys": [[document_uid, ordinal], ...]}
 
-listing every example of that rank's micro batches of step ``S`` in the order trained. The union
+listing every example of that rank's micro batches of step ``S`` in the order trained. A run on
+several corpora (``--data A --data B``) writes ``[corpus, document_uid, ordinal]``, ``corpus``
+being the corpus's position in the ``--data`` list (uids are unique within a corpus only). The union
 over ranks of step ``S``'s keys is the global batch of step ``S``, which the elastic sample order
 (``electra.sample_order``) makes the same for any number of ranks: the log is how a resume on
 another number of GPUs is checked, and how an audit finds what a model saw.
@@ -26,7 +28,7 @@ def sample_log_path(run_dir: str | Path, rank: int) -> Path:
     return Path(run_dir) / SAMPLES / f"rank{rank}.jsonl"
 
 
-def read_sample_log(run_dir: str | Path, rank: int) -> dict[int, list[tuple[int, int]]]:
+def read_sample_log(run_dir: str | Path, rank: int) -> dict[int, list[tuple[int, ...]]]:
     """step -> keys of one rank's log."""
     out = {}
     for line in sample_log_path(run_dir, rank).read_text().splitlines():
@@ -52,9 +54,9 @@ class SampleLog:
             path.write_text("".join(kept))
         self._file = open(path, "a")
 
-    def add(self, keys: list[tuple[int, int]]) -> None:
+    def add(self, keys: list[tuple[int, ...]]) -> None:
         if self.enabled:
-            self.pending.extend([int(u), int(o)] for u, o in keys)
+            self.pending.extend([int(x) for x in key] for key in keys)
 
     def end_step(self, step: int) -> None:
         if self.enabled:

@@ -3,8 +3,9 @@
 Pure arithmetic (numpy only, no torch, no I/O); ``electra.data`` streams what it describes. One
 split, one epoch, ``N`` examples, global batch ``G``:
 
-1. **The shuffled sequence** is a function of ``(seed, epoch)``. Shards (manifest order) are
-   permuted with ``rng(seed, epoch)`` and concatenated; the resulting ``N`` positions are cut into
+1. **The shuffled sequence** is a function of ``(seed, epoch)``. Shards (manifest order; with
+   several weighted corpora, the epoch's slices of them: ``electra.mixture``) are permuted with
+   ``rng(seed, epoch)`` and concatenated; the resulting ``N`` positions are cut into
    blocks of ``shuffle_block`` and each block is permuted with ``rng(seed, epoch, block)``. A
    block shuffle rather than a reservoir buffer: any position's example can be computed directly
    (exact resume), and a block's examples come from the block's own source range, so a reader of
@@ -46,6 +47,7 @@ from typing import NamedTuple
 import numpy as np
 
 from electra.corpus import ShardRef
+from electra.mixture import Mixture, ShardSlice, epoch_slices
 
 _CHUNK = 1 << 16  # positions per vectorised pass when walking an epoch
 
@@ -90,10 +92,13 @@ class StreamPlan:
     shuffle_block: int = 2000
     streams: int = 64
     shuffle: bool = True
+    # Several weighted sources (``electra.mixture``): ``shards`` holds theirs, source after source.
+    mixture: Mixture | None = None
     num_examples: int = field(init=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "num_examples", sum(s.num_examples for s in self.shards))
+        n = sum(self.mixture.takes) if self.mixture else sum(s.num_examples for s in self.shards)
+        object.__setattr__(self, "num_examples", n)
         G, W, m = self.global_batch, self.world_size, self.micro_batch
         if min(G, W, m, self.streams, self.shuffle_block) < 1:
             raise ValueError(f"global batch {G}, world size {W}, micro batch {m}, streams {self.streams} and "
@@ -139,17 +144,22 @@ class StreamPlan:
         return self.num_examples - self.steps_per_epoch * self.global_batch
 
     # ---------------------------------------------------------------- order
-    def shard_order(self, epoch: int) -> np.ndarray:
-        """Manifest indices of the shards in the epoch's order."""
-        n = len(self.shards)
+    def epoch_slices(self, epoch: int) -> list[ShardSlice]:
+        """The epoch's slices before the permutation: one whole slice per shard for one corpus."""
+        return epoch_slices(self.shards, self.mixture, seed=self.seed, epoch=epoch)
+
+    def shard_order(self, epoch: int, n: int | None = None) -> np.ndarray:
+        """Indices of the epoch's ``n`` slices (default: one per shard) in the epoch's order."""
+        n = len(self.shards) if n is None else n
         if not self.shuffle:
             return np.arange(n)
         return np.random.default_rng([self.seed, epoch]).permutation(n)
 
-    def ordered_shards(self, epoch: int) -> tuple[list[ShardRef], np.ndarray]:
-        """The epoch's shards in order and ``bounds`` (``bounds[i]``: the first source position of
-        shard ``i``; ``bounds[-1] == N``)."""
-        ordered = [self.shards[i] for i in self.shard_order(epoch)]
+    def ordered_shards(self, epoch: int) -> tuple[list[ShardSlice], np.ndarray]:
+        """The epoch's slices in order and ``bounds`` (``bounds[i]``: the first source position of
+        slice ``i``; ``bounds[-1] == N``)."""
+        slices = self.epoch_slices(epoch)
+        ordered = [slices[i] for i in self.shard_order(epoch, len(slices))]
         return ordered, np.cumsum([0] + [s.num_examples for s in ordered]).astype(np.int64)
 
     def source_positions(self, epoch: int, positions: np.ndarray) -> np.ndarray:
@@ -213,13 +223,15 @@ class StreamPlan:
         where = np.searchsorted(bounds, src, side="right") - 1
         return where, src - bounds[where]
 
-    def schedule(self, epoch: int, segments, start: int = 0, stop: int | None = None) -> ShardSchedule:
+    def schedule(self, epoch: int, segments, start: int = 0, stop: int | None = None, *,
+                 ordered: tuple[list[ShardSlice], np.ndarray] | None = None) -> ShardSchedule:
         """The shards ``segments`` read at steps ``[start, stop)`` of ``epoch`` and when (exact:
-        every row's source is computed, a chunk of positions at a time)."""
+        every row's source is computed, a chunk of positions at a time). ``ordered``: the epoch's
+        ``ordered_shards``, when the caller has them (computing them is linear in the shards)."""
         stop = self.steps_per_epoch if stop is None else min(stop, self.steps_per_epoch)
-        _, bounds = self.ordered_shards(epoch)
-        first = np.full(len(self.shards), np.iinfo(np.int64).max, np.int64)
-        last = np.full(len(self.shards), -1, np.int64)
+        ordered, bounds = ordered if ordered is not None else self.ordered_shards(epoch)
+        first = np.full(len(ordered), np.iinfo(np.int64).max, np.int64)
+        last = np.full(len(ordered), -1, np.int64)
         for seg in segments:
             chunk = max(1, _CHUNK // seg.rows)
             for s0 in range(start, stop, chunk):
@@ -237,5 +249,5 @@ class StreamPlan:
         ``epoch``, and their total bytes: what a loader reading each byte once would read."""
         ordered, _ = self.ordered_shards(epoch)
         sched = self.schedule(epoch, self.segments(worker, num_workers))
-        shards = tuple(ordered[i] for i in sorted(sched.order.tolist()))
+        shards = tuple(dict.fromkeys(ordered[i].shard for i in sorted(sched.order.tolist())))
         return shards, sum(s.bytes for s in shards)

@@ -1,6 +1,7 @@
 """ELECTRA pre-training on DeepSpeed, streaming the corpus shards; resumes exactly, on any number of ranks.
 
     deepspeed [--num_gpus N | --hostfile H] electra/train.py --config large --data CORPUS --out RUN_DIR \
+        [--data CORPUS2 ... --set data.weights=[1,3]] [--init-from LOCATION [--resume-schedule]] \
         [--max-steps N] [--save-every N] [--seed N] [--micro-batch N] [--set section.key=value ...]
     deepspeed [...] --module electra.train --config ...   # the same, as a module
     python -m electra.train ...  |  electra-train ...       # one process, the same code path
@@ -39,10 +40,17 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n")[0])
     p.add_argument("--config", required=True,
                    help="a preset by name (tiny, mini, small, base, large) or a config JSON (path or URI)")
-    p.add_argument("--data", required=True,
-                   help="corpus location: a path or s3:// gs:// https:// URI (manifest.json, tokenizer/, shards/)")
+    p.add_argument("--data", required=True, action="append",
+                   help="corpus location: a path or s3:// gs:// https:// URI (manifest.json, tokenizer/, shards/); "
+                        "repeatable: corpora mixed by data.weights (one per --data, in order)")
     p.add_argument("--out", required=True,
                    help="run directory (local or shared filesystem); rerunning resumes from its latest checkpoint")
+    p.add_argument("--init-from", metavar="LOCATION",
+                   help="start from these weights: a folder with discriminator/ and generator/ (Hugging Face; "
+                        "a released pair or RUN/hf), a run folder or RUN/checkpoints/step_N; the architecture is "
+                        "the checkpoint's, the optimiser and schedule start at step 0")
+    p.add_argument("--resume-schedule", action="store_true",
+                   help="with --init-from one of our runs: continue its optimiser state and LR schedule")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="any config field, e.g. optimizer.lr=1e-4 (repeatable; wins over the flags)")
     p.add_argument("--debug", action="store_true", help="show the traceback of a user error")

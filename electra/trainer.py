@@ -84,7 +84,7 @@ class Trainer:
         # DeepSpeed records the global grad norm except for ZeRO-0 in fp32; measure it ourselves there.
         self.own_grad_norm = engine.zero_optimization_stage() == 0 and self.cfg.train.precision == "fp32"
         self.last_norm = None
-        self.train_plan = self._stream_plan(train_shards, shuffle=True)
+        self.train_plan = self._stream_plan(train_shards, shuffle=True, mixture=plan.train_mixture)
         self.validation_plan = self._stream_plan(validation_shards, shuffle=False)
         data = self.cfg.data
         self.train_stream = sdata.TrainStream(self.train_plan, num_workers=sdata.loader_workers(data.num_workers),
@@ -93,15 +93,16 @@ class Trainer:
         self.samples = SampleLog(self.run_dir, dist.rank, enabled=self.cfg.data.log_samples,
                                  resume_step=self.step)
 
-    def _stream_plan(self, shards: tuple, *, shuffle: bool) -> sdata.StreamPlan:
+    def _stream_plan(self, shards: tuple, *, shuffle: bool, mixture=None) -> sdata.StreamPlan:
         cfg, g = self.cfg, self.plan.geometry
         return sdata.StreamPlan(tuple(shards), cfg.seq_len, g.global_batch, g.micro_batch, rank=self.dist.rank,
                                 world_size=self.dist.world_size, seed=cfg.train.seed,
-                                shuffle_block=cfg.data.shuffle_buffer, streams=cfg.data.streams, shuffle=shuffle)
+                                shuffle_block=cfg.data.shuffle_buffer, streams=cfg.data.streams, shuffle=shuffle,
+                                mixture=mixture)
 
     def run(self) -> None:
         cfg, max_steps = self.cfg, self.cfg.max_steps
-        window = MetricWindow(self.engine.device)
+        window = MetricWindow(self.engine.device, sources=self.plan.num_sources)
         flops = _flops_per_token(cfg)
         peak = peak_flops(cfg.train.precision, cfg.train.peak_flops, tf32=cfg.train.tf32)
         batches = iter(self.train_stream)
@@ -148,7 +149,7 @@ class Trainer:
             grads = [p.grad.detach().float().norm() for p in self.engine.module.parameters() if p.grad is not None]
             self.last_norm = float(torch.stack(grads).norm()) if grads else None
         self.engine.step()
-        window.add(out)
+        window.add(out, batch.sources)
 
     def _log(self, window: MetricWindow, *, lr: float, flops, peak: float, bar) -> None:
         means, tokens, seconds = window.flush()
@@ -205,12 +206,13 @@ class Trainer:
     def export(self, out_dir: Path | None = None) -> None:
         """``hf/discriminator`` and ``hf/generator`` (ZeRO-3 shards gathered first)."""
         from electra.hf_export import export_hf
+        from electra.init_from import read_lineage
 
         with D.full_parameters(self.engine):
             model = self.fp32_model()  # every rank: gathering the masters is a collective
             if self.rank0:
                 export_hf(model, self.cfg.model, out_dir or self.run_dir / layout.HF,
-                          tokenizer_dir=self.run_dir / layout.TOKENIZER)
+                          tokenizer_dir=self.run_dir / layout.TOKENIZER, lineage=read_lineage(self.run_dir))
         D.barrier()
 
     def fp32_model(self):

@@ -140,11 +140,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="input profile (README 'Input profiles'): web (default; records or blank-line blocks, "
                         "every filter), books (a file is a document), bert-format (a sentence per line)")
     p.add_argument("--tokenizer", default=None,
-                   help="wordpiece | unigram | location of an existing tokenizer.json or vocab.txt")
+                   help="wordpiece | unigram (train one) | location of an existing tokenizer: a tokenizer.json, "
+                        "a BERT vocab.txt, or a Hugging Face model folder (e.g. a download of "
+                        "google/electra-base-discriminator), whose tokenizer_config.json decides lower-casing")
     p.add_argument("--vocab-size", type=int, default=None, help="tokenizer.vocab_size (default 30522)")
     p.add_argument("--seq-len", type=int, default=None, help="pack.seq_len (default 128)")
     p.add_argument("--lowercase", action=argparse.BooleanOptionalAction, default=None,
-                   help="lower-case and strip accents (tokenizer.lowercase/strip_accents; default on)")
+                   help="lower-case and strip accents (tokenizer.lowercase/strip_accents; default on for a "
+                        "trained tokenizer; a pretrained one brings its own, and a contradicting flag is an error)")
     p.add_argument("--validation-fraction", type=float, default=None,
                    help="pack.validation_fraction: share of documents held out (default 0.01)")
     p.add_argument("--seed", type=int, default=None, help="pack.seed and tokenizer.sample_seed")

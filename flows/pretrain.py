@@ -21,15 +21,21 @@ from prefect import flow, get_run_logger
 REPO = Path(__file__).resolve().parents[1]
 
 
-def trainer_command(*, config: str, data: str, out: str, num_gpus: int | None, hostfile: str | None,
-                    max_steps: int | None, overrides: list[str]) -> list[str]:
+def trainer_command(*, config: str, data: str | list[str], out: str, num_gpus: int | None, hostfile: str | None,
+                    max_steps: int | None, overrides: list[str], init_from: str | None = None,
+                    resume_schedule: bool = False) -> list[str]:
     if num_gpus is None and hostfile is None:
         cmd = [sys.executable, "-m", "electra.train"]
     else:
         cmd = [str(Path(sys.executable).with_name("deepspeed"))]
         cmd += ["--hostfile", hostfile] if hostfile else ["--num_gpus", str(num_gpus)]
         cmd += ["--module", "electra.train"]
-    cmd += ["--config", config, "--data", data, "--out", out]
+    cmd += ["--config", config]
+    for location in [data] if isinstance(data, str) else data:
+        cmd += ["--data", location]
+    cmd += ["--out", out]
+    if init_from is not None:
+        cmd += ["--init-from", init_from] + (["--resume-schedule"] if resume_schedule else [])
     if max_steps is not None:
         cmd += ["--max-steps", str(max_steps)]
     for o in overrides:
@@ -38,19 +44,23 @@ def trainer_command(*, config: str, data: str, out: str, num_gpus: int | None, h
 
 
 @flow(name="pretrain", log_prints=True)
-def pretrain(config: str, data: str, out: str, num_gpus: int | None = None, hostfile: str | None = None,
+def pretrain(config: str, data: str | list[str], out: str, num_gpus: int | None = None, hostfile: str | None = None,
              max_steps: int | None = None, overrides: list[str] | None = None,
-             evaluate_glue_dir: str | None = None, evaluate_tasks: str | None = None) -> str:
-    """Train (or resume) a run; returns the run directory."""
+             evaluate_glue_dir: str | None = None, evaluate_tasks: str | None = None,
+             init_from: str | None = None, resume_schedule: bool = False) -> str:
+    """Train (or resume) a run; returns the run directory. ``data``: one corpus or several (mixed by
+    ``data.weights`` in ``overrides``); ``init_from``: a checkpoint to start from (electra.init_from)."""
     logger = get_run_logger()
     if hostfile is None:  # the world size is known here; with a hostfile the trainer resolves it
         from electra.pretrain_job import PretrainJob
         from electra.pretrain_plan import resolve
 
-        plan = resolve(PretrainJob(config, data, out, list(overrides or [])), world_size=num_gpus or 1)
+        plan = resolve(PretrainJob(config, data, out, list(overrides or []), init_from, resume_schedule),
+                       world_size=num_gpus or 1)
         logger.info("resolved: %s, corpus %s (seq_len %d), batch %s", config, data, plan.cfg.seq_len, plan.geometry)
     cmd = trainer_command(config=config, data=data, out=out, num_gpus=num_gpus, hostfile=hostfile,
-                          max_steps=max_steps, overrides=overrides or [])
+                          max_steps=max_steps, overrides=overrides or [], init_from=init_from,
+                          resume_schedule=resume_schedule)
     logger.info("$ %s", " ".join(cmd))
     subprocess.run(cmd, check=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
     if evaluate_glue_dir:

@@ -255,21 +255,34 @@ class DedupConfig:
 class TokenizerConfig:
     kind: Literal["wordpiece", "unigram"] = "wordpiece"
     vocab_size: int = 30522
-    lowercase: bool = True
-    strip_accents: bool = True
+    # Lower-casing and accent stripping (two switches). None, the default: True for a trained
+    # tokenizer (and a bare vocab.txt); what the files say for a pretrained tokenizer that says it
+    # (a model folder's tokenizer_config.json, a tokenizer.json's normaliser), where a value set
+    # here that contradicts them is an error (pipelines.tokenizer_pretrained).
+    lowercase: bool | None = None
+    strip_accents: bool | None = None
     min_frequency: int = 2
     # Characters the vocabulary may hold: the most frequent ones of the sample (BERT's vocabulary
     # builders keep 1000); rarer characters encode as [UNK]. None keeps every character.
     limit_alphabet: int | None = 1000
     sample_bytes: int = 256 << 20  # bound on the text the tokenizer is trained on
     sample_seed: int = 12345  # which documents make up that sample
-    # An existing tokenizer.json or vocab.txt (any storage location) to use instead of training.
+    # An existing tokenizer to use instead of training (any storage location): a tokenizer.json,
+    # a BERT vocab.txt, or a Hugging Face model folder (a released model's download, e.g.
+    # google/electra-base-discriminator: its vocab.txt or tokenizer.json with the lower-casing of
+    # its tokenizer_config.json). Which file decides: pipelines/tokenizer_pretrained.py.
     pretrained: str | None = None
 
     def validate(self) -> None:
         check(self.vocab_size > len(("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")),
               "vocab_size must exceed the 5 special tokens")
         check(self.limit_alphabet is None or self.limit_alphabet >= 1, "limit_alphabet must be >= 1 or null")
+
+    def resolved(self) -> TokenizerConfig:
+        """This section with the flags unset (None) made True: what a trained tokenizer and a bare
+        vocab.txt use."""
+        return dataclasses.replace(self, lowercase=self.lowercase is not False,
+                                   strip_accents=self.strip_accents is not False)
 
 
 @dataclass
@@ -333,5 +346,10 @@ class CorpusConfig:
         return strict.from_dict(cls, with_profile(d, where=where), where=where)
 
     def sections(self, names: tuple[str, ...]) -> dict[str, Any]:
-        """The named sections as plain dicts (what a stage's cache key covers)."""
-        return {n: dataclasses.asdict(getattr(self, n)) for n in names}
+        """The named sections as plain dicts (what a stage's cache key covers). A trained
+        tokenizer's section holds the flags it uses (``TokenizerConfig.resolved``): leaving them
+        unset keys as setting them True, the same tokenizer."""
+        def section(n: str) -> Any:
+            s = getattr(self, n)
+            return s.resolved() if isinstance(s, TokenizerConfig) and not s.pretrained else s
+        return {n: dataclasses.asdict(section(n)) for n in names}

@@ -36,6 +36,10 @@ Determinism. ``tokenizers`` 0.23 training is not reproducible out of the box (to
   hash-map order. Fix: scores are rounded to 1e-6, the ladder is reassigned in character order,
   and pieces are re-sorted by (score, piece).
 
+Pretrained tokenizers (a ``tokenizer.json``, a BERT ``vocab.txt`` or a Hugging Face model folder)
+are read and checked by ``pipelines.tokenizer_pretrained``; ``load_pretrained`` writes them out
+like a trained one.
+
 Export: ``hf_files`` writes ``tokenizer.json``, ``tokenizer_config.json`` naming the
 ``transformers`` class that reproduces it, and ``vocab.txt`` only for BERT-style WordPiece.
 transformers' BERT/ELECTRA tokenizer classes rebuild a BERT WordPiece from any vocabulary, so
@@ -49,7 +53,6 @@ vocabulary does to them anyway.
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import unicodedata
 from collections import Counter
@@ -208,59 +211,26 @@ def train_tokenizer(texts: Iterable[str], cfg: TokenizerConfig, out_dir: str) ->
     texts = [t for t in texts if t]
     if not texts:
         raise ValueError("train_tokenizer: no text to train on (the corpus sample is empty)")
+    cfg = cfg.resolved()  # unset flags are True
     tok = _empty_tokenizer(cfg)
     tok = _train_wordpiece(tok, texts, cfg) if cfg.kind == "wordpiece" else _train_unigram(tok, texts, cfg)
     _attach_post_processor(tok)
     _check_specials(tok, where="trained tokenizer")
-    return _write(tok, kind=cfg.kind, cfg=cfg, out_dir=out_dir)
+    return _write(tok, kind=cfg.kind, lowercase=cfg.lowercase, out_dir=out_dir)
 
 
 # ---------------------------------------------------------------- pretrained
-def _from_vocab_txt(path: str, data: bytes, cfg: TokenizerConfig) -> Tokenizer:
-    vocab: dict[str, int] = {}
-    for lineno, line in enumerate(data.decode("utf-8").split("\n"), 1):
-        token = line.rstrip("\r")
-        if not token and lineno == data.count(b"\n") + 1:
-            break  # the empty remainder after the final newline
-        if not token:
-            raise ValueError(f"{path}:{lineno}: empty line in vocab.txt")
-        if token in vocab:
-            raise ValueError(f"{path}:{lineno}: duplicate token {token!r}")
-        vocab[token] = len(vocab)
-    missing = [t for t in schema.SPECIAL_TOKENS if t not in vocab]
-    if missing:
-        raise ValueError(f"{path}: missing special token(s) {missing}")
-    tok = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]"))
-    tok.normalizer = _normalizer(TokenizerConfig(kind="wordpiece", lowercase=cfg.lowercase,
-                                                 strip_accents=cfg.strip_accents))
-    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    tok.decoder = decoders.WordPiece(prefix="##")
-    return tok
-
-
 def load_pretrained(path: str, cfg: TokenizerConfig, out_dir: str) -> schema.TokenizerInfo:
-    """Use an existing ``tokenizer.json`` or BERT ``vocab.txt`` (any storage location)."""
-    try:
-        data = storage.read_bytes(path)
-    except storage.StorageError as exc:
-        raise FileNotFoundError(f"{path}: pretrained tokenizer not found") from exc
-    if str(path).endswith(".json"):
-        try:
-            tok = Tokenizer.from_str(data.decode("utf-8"))
-        except Exception as exc:  # tokenizers raises a bare Exception on malformed JSON
-            raise ValueError(f"{path}: not a tokenizers tokenizer.json ({exc})") from exc
-    else:
-        tok = _from_vocab_txt(path, data, cfg)
-    _check_specials(tok, where=str(path))
-    if tok.post_processor is None:
-        _attach_post_processor(tok)
-    # A tokenizer.json brings its own normaliser: record what it does, not what cfg asked for.
-    lowercase, strip_accents = _normalizer_flags(tok, cfg)
-    flags = dataclasses.replace(cfg, lowercase=lowercase, strip_accents=strip_accents)
-    return _write(tok, kind="pretrained", cfg=flags, out_dir=out_dir)
+    """Use an existing tokenizer instead of training one: a ``tokenizer.json``, a BERT
+    ``vocab.txt`` or a Hugging Face model folder, any storage location
+    (``pipelines.tokenizer_pretrained.open_pretrained``); its files are written to ``out_dir``."""
+    from pipelines.tokenizer_pretrained import open_pretrained
+
+    pre = open_pretrained(path, cfg)
+    return _write(pre.tokenizer, kind="pretrained", lowercase=pre.lowercase, out_dir=out_dir)
 
 
-def _normalizer_flags(tok: Tokenizer, cfg: TokenizerConfig) -> tuple[bool, bool]:
+def normalizer_flags(tok: Tokenizer) -> tuple[bool, bool]:
     """(lowercase, strip_accents) as the tokenizer's normaliser actually applies them."""
     if tok.normalizer is None:
         return False, False
@@ -317,7 +287,7 @@ def _config_json(tok: Tokenizer) -> dict[str, Any]:
     base = {"model_max_length": MODEL_MAX_LENGTH, "padding_side": "right",
             "model_input_names": ["input_ids", "token_type_ids", "attention_mask"], **specials}
     if is_bert_compatible(tok):
-        lowercase, strip_accents = _normalizer_flags(tok, TokenizerConfig())
+        lowercase, strip_accents = normalizer_flags(tok)
         return {"tokenizer_class": "BertTokenizerFast", "do_lower_case": lowercase, "strip_accents": strip_accents,
                 "tokenize_chinese_chars": bool(_spec(tok.normalizer).get("handle_chinese_chars")), **base}
     return {"tokenizer_class": "PreTrainedTokenizerFast", "tokenize_chinese_chars": NOT_BERT, **base}
@@ -346,12 +316,12 @@ def hf_files(tok: Tokenizer) -> dict[str, bytes]:
     return files
 
 
-def _write(tok: Tokenizer, *, kind: str, cfg: TokenizerConfig, out_dir: str) -> schema.TokenizerInfo:
+def _write(tok: Tokenizer, *, kind: str, lowercase: bool, out_dir: str) -> schema.TokenizerInfo:
     """The tokenizer files (``hf_files``) into ``out_dir`` (any storage location)."""
     out = str(out_dir)
     files = hf_files(tok)
     for name, data in files.items():
         storage.write_bytes(storage.join(out, name), data)
     return schema.TokenizerInfo(kind=kind, vocab_size=tok.get_vocab_size(with_added_tokens=True),
-                                sha256=sha256_bytes(files["tokenizer.json"]), lowercase=cfg.lowercase,
+                                sha256=sha256_bytes(files["tokenizer.json"]), lowercase=lowercase,
                                 special_tokens=_check_specials(tok, where=storage.join(out, "tokenizer.json")))

@@ -16,7 +16,7 @@ shard          pack, tokenizer         shard                       ``shards/<key
 A stage's cache key hashes the code version, its config sections, the keys of its inputs and the
 files the config names: for ingest, the sources' fingerprint; for filter, the protected
 evaluation files' and a named language-model reference's sha256; for a pretrained tokenizer,
-that file's sha256. Every
+the sha256 of the files it is made from (``pipelines.tokenizer_pretrained``). Every
 input that decides a stage's output is in its key, so a rerun with anything changed reruns that
 stage and everything after it, and nothing before. A stage function gets a ``StageRun`` (its
 key, config, locations and its inputs' results) and returns a record of what it wrote; the
@@ -219,10 +219,20 @@ def _tokenizer(run: StageRun) -> dict[str, Any]:
             "product": {"tokenizer": dataclasses.asdict(info)}}
 
 
-def tokenizer_fingerprint(cfg: CorpusConfig) -> str:
-    """A pretrained tokenizer file, not the corpus, decides the tokenizer: its hash goes into
-    the key."""
-    return sha256_bytes(storage.read_bytes(cfg.tokenizer.pretrained)) if cfg.tokenizer.pretrained else ""
+def tokenizer_fingerprint(cfg: CorpusConfig) -> Any:
+    """A pretrained tokenizer, not the corpus, decides the tokenizer: the sha256 of the files it
+    is made from (a model folder's tokenizer_config.json among them) go into the key. It is read
+    and checked in full here, at planning: a missing or unusable one fails before any stage runs."""
+    if not cfg.tokenizer.pretrained:
+        return ""
+    from pipelines.tokenizer_pretrained import open_pretrained
+
+    try:
+        return open_pretrained(cfg.tokenizer.pretrained, cfg.tokenizer).fingerprint
+    except ConfigError:  # a flag that contradicts the tokenizer: the message names the key
+        raise
+    except (FileNotFoundError, ValueError) as exc:  # their messages name the file already
+        raise ConfigError(f"tokenizer.pretrained: {exc}") from None
 
 
 def filter_fingerprint(cfg: CorpusConfig) -> Any:

@@ -81,11 +81,15 @@ def _shard(tok: Tokenizer, rng: random.Random, n: int, seq_len: int, first_uid: 
 
 def write_tiny_corpus(root: str | Path, *, seq_len: int = 32, train_shards: tuple[int, ...] = (10, 7, 13),
                       validation_shards: tuple[int, ...] = (6,), vocab_size: int = 200,
-                      seed: int = 0) -> Path:
-    """Write a corpus with the given number of examples per shard; return its directory."""
+                      seed: int = 0, tokenizer_from: str | Path | None = None) -> Path:
+    """Write a corpus with the given number of examples per shard; return its directory.
+    ``tokenizer_from``: another tiny corpus whose tokenizer this one shares (a mixture's corpora;
+    training one is not bitwise reproducible), with examples drawn from ``seed`` as usual."""
     root = Path(root)
     rng = random.Random(seed)
     tok = _train_tokenizer([sentence(rng) for _ in range(400)], vocab_size)
+    if tokenizer_from is not None:
+        tok = Tokenizer.from_file(str(Path(tokenizer_from) / TOKENIZER_PATH / "tokenizer.json"))
     _write_tokenizer(tok, root / TOKENIZER_PATH)
     shards, splits, uid = [], {}, 1
     for split, sizes in (("train", train_shards), ("validation", validation_shards)):

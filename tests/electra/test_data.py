@@ -107,7 +107,7 @@ def test_global_batches_follow_the_definition(corpus, epoch, shuffle):
     p = plan(corpus, shuffle=shuffle)
     got = by_step(epoch_batches(p, epoch))
     assert list(got.values()) == want and len(want) == 7
-    by_source = [k for s in p.ordered_shards(epoch)[0] for k in shard_keys(s)]
+    by_source = [k for s in p.ordered_shards(epoch)[0] for k in shard_keys(s.shard)]
     assert [[by_source[i] for i in p.source_positions(epoch, p.global_positions(s))] for s in range(7)] == want
     flat = [k for keys in want for k in keys]
     assert len(set(flat)) == len(flat) == 61 - 5 and set(flat) <= set(all_keys(corpus))

@@ -123,10 +123,15 @@ def test_load_pretrained_tokenizer_json_and_vocab_txt(texts, tmp_path):
     assert not cased.lowercase
     cased_tok = Tokenizer.from_file(str(tmp_path / "cased" / "tokenizer.json"))
     assert cased_tok.normalizer.normalize_str("River") == "River"
-    # A tokenizer.json decides its own lower-casing, whatever the config says.
-    recopied = load_pretrained(str(tmp_path / "cased" / "tokenizer.json"), TokenizerConfig(lowercase=True),
+    # A tokenizer.json decides its own lower-casing; a flag set against it is a one-line error.
+    recopied = load_pretrained(str(tmp_path / "cased" / "tokenizer.json"), TokenizerConfig(),
                                str(tmp_path / "recopied"))
     assert not recopied.lowercase
+    with pytest.raises(ConfigError, match=r"^tokenizer\.lowercase=true contradicts .*cased/tokenizer\.json's "
+                                          r"normaliser, which gives lowercase=false: .*drop --lowercase") as err:
+        load_pretrained(str(tmp_path / "cased" / "tokenizer.json"), TokenizerConfig(lowercase=True),
+                        str(tmp_path / "refused"))
+    assert "\n" not in str(err.value) and not (tmp_path / "refused").exists()
     config = json.loads((tmp_path / "recopied" / "tokenizer_config.json").read_text())
     assert config["do_lower_case"] is False
 

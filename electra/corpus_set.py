@@ -1,0 +1,145 @@
+"""The corpora of one run: one ``--data``, or several mixed by ``data.weights``.
+
+``open_corpora(locations, ...)`` opens each corpus (``electra.corpus.open_corpus``: manifest,
+tokenizer, its sha256) and refuses, in one line naming the two corpora, a set whose members do
+not share the sequence length or the tokenizer (compared by content: the parsed
+``tokenizer.json``, so a re-serialised copy of the same tokenizer passes). The set's identity,
+kept in checkpoints and compared on resume, is the corpus's own for one corpus (so existing runs
+resume as before) and, for several, a hash over each corpus's identity and the weights: another
+corpus, another order of ``--data`` or other weights would move the saved data position into
+another stream, and is refused like a republished corpus (``data.allow_corpus_change`` lets it
+through with a warning).
+"""
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from common import storage
+from common.hashing import sha256_bytes
+from electra.corpus import CorpusInfo, CorpusMismatchError, ShardRef, check_shards, open_corpus
+from electra.mixture import Mixture, takes_for
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class CorpusSet:
+    corpora: tuple[CorpusInfo, ...]
+    weights: tuple[float, ...] | None  # data.weights as given; None: each corpus's share of examples
+
+    @property
+    def primary(self) -> CorpusInfo:
+        """The first corpus: its tokenizer (shared by all) is the run's."""
+        return self.corpora[0]
+
+    @property
+    def locations(self) -> tuple[str, ...]:
+        return tuple(c.root for c in self.corpora)
+
+    @property
+    def tokenizer_sha256(self) -> str:
+        return self.primary.tokenizer_sha256
+
+    @property
+    def vocab_size(self) -> int:
+        return self.primary.vocab_size
+
+    @property
+    def manifest(self):
+        return self.primary.manifest
+
+    @property
+    def manifest_sha256(self) -> str:
+        return self._combined("manifest_sha256")
+
+    @property
+    def data_sha256(self) -> str:
+        return self._combined("data_sha256")
+
+    def _combined(self, attr: str) -> str:
+        if len(self.corpora) == 1:
+            return getattr(self.primary, attr)
+        blob = json.dumps([[getattr(c, attr) for c in self.corpora], self.weights]).encode()
+        return sha256_bytes(blob)
+
+    def copy_tokenizer(self, dest: str) -> None:
+        self.primary.copy_tokenizer(dest)
+
+    def shards(self, split: str, *, skip_corrupt: bool) -> tuple[tuple[ShardRef, ...], tuple[str, ...], Mixture | None]:
+        """The split's shards of every corpus (corpus after corpus), those skipped as corrupt, and
+        the mixture (None for one corpus, and for a validation split: evaluated as concatenated)."""
+        shards, skipped, counts, sizes = [], [], [], []
+        for corpus in self.corpora:
+            good, bad = check_shards(corpus, split, skip_corrupt=skip_corrupt)
+            shards += good
+            skipped += bad
+            counts.append(len(good))
+            sizes.append(sum(s.num_examples for s in good))
+        mixture = None
+        if len(self.corpora) > 1 and split == "train":
+            try:
+                takes = takes_for(sizes, self.weights)
+            except ValueError as exc:  # a weighted corpus without train examples
+                raise CorpusMismatchError(f"data.weights {list(self.weights or [])} over {list(self.locations)}: "
+                                          f"{exc}") from None
+            mixture = Mixture(tuple(counts), takes)
+            for loc, n, t in zip(self.locations, sizes, takes):
+                log.info("corpus %s: %d train examples, %d per epoch (%.2fx)", loc, n, t, t / n if n else 0.0)
+        return tuple(shards), tuple(skipped), mixture
+
+
+def open_corpora(locations: Sequence[str], *, weights: Sequence[float] | None = None,
+                 tokenizer_sha256: str | None = None, manifest_sha256: str | None = None,
+                 data_sha256: str | None = None, allow_change: bool = False) -> CorpusSet:
+    """Open and check the corpora of a run (module docstring). The ``*_sha256`` are a checkpoint's,
+    when resuming: the set must be the one the checkpoint was trained on."""
+    locations = list(locations)
+    if not locations:
+        raise ValueError("no corpus given: --data names at least one corpus location")
+    if weights is not None and len(weights) != len(locations):
+        raise ValueError(f"data.weights has {len(weights)} values for {len(locations)} --data corpora; "
+                         "give one weight per --data, in the same order")
+    if len(locations) == 1:  # the corpus's own checks and identity, as before mixtures
+        info = open_corpus(locations[0], tokenizer_sha256=tokenizer_sha256, manifest_sha256=manifest_sha256,
+                           data_sha256=data_sha256, allow_change=allow_change)
+        return CorpusSet((info,), tuple(weights) if weights is not None else None)
+    if len(set(locations)) != len(locations):
+        dup = next(loc for loc in locations if locations.count(loc) > 1)
+        raise ValueError(f"--data {dup} is given twice; weight a corpus with data.weights instead")
+    # the checkpoint's tokenizer is checked on the first; the others are compared with the first
+    corpora = tuple(open_corpus(loc, tokenizer_sha256=tokenizer_sha256 if i == 0 else None)
+                    for i, loc in enumerate(locations))
+    first = corpora[0]
+    for other in corpora[1:]:
+        if other.manifest.seq_len != first.manifest.seq_len:
+            raise CorpusMismatchError(f"--data {first.root} is packed at seq_len {first.manifest.seq_len} but "
+                                      f"--data {other.root} at {other.manifest.seq_len}; mixed corpora must share "
+                                      "the sequence length: rebuild one with --seq-len")
+        if other.tokenizer_sha256 != first.tokenizer_sha256 and not _same_tokenizer(first, other):
+            raise CorpusMismatchError(f"--data {first.root} and --data {other.root} have different tokenizers "
+                                      f"(sha256 {first.tokenizer_sha256[:12]} vs {other.tokenizer_sha256[:12]}); "
+                                      f"mixed corpora must share one: rebuild {other.root} with --tokenizer "
+                                      f"{first.tokenizer_uri}/tokenizer.json")
+    out = CorpusSet(corpora, tuple(weights) if weights is not None else None)
+    where = ", ".join(locations)
+    if data_sha256 is not None and out.data_sha256 != data_sha256:
+        message = (f"--data {where}: the corpora or their weights differ from the checkpoint's (data sha256 "
+                   f"{data_sha256[:12]} -> {out.data_sha256[:12]}); the saved data position points into "
+                   "another stream")
+        if not allow_change:
+            raise CorpusMismatchError(message + "; resume with the same --data list and data.weights, start a "
+                                                "new run directory, or set data.allow_corpus_change=true")
+        log.warning("%s (data.allow_corpus_change: going on)", message)
+    elif manifest_sha256 is not None and out.manifest_sha256 != manifest_sha256 and data_sha256 is None:
+        log.warning("--data %s changed since the checkpoint; the data position may not match", where)
+    return out
+
+
+def _same_tokenizer(a: CorpusInfo, b: CorpusInfo) -> bool:
+    """Whether two corpora's tokenizer.json files hold the same tokenizer (parsed, not bytes)."""
+    def parsed(c: CorpusInfo):
+        return json.loads(storage.read_bytes(storage.join(c.tokenizer_uri, "tokenizer.json")))
+    return parsed(a) == parsed(b)

@@ -1,0 +1,227 @@
+"""Continue pre-training from a released ELECTRA or from one of our runs (``--init-from LOCATION``).
+
+LOCATION is either
+
+- a **Hugging Face pair**: a folder holding ``discriminator/`` and ``generator/``, each a model
+  folder (``config.json``, ``model.safetensors`` or ``pytorch_model.bin``, tokenizer files): our
+  own export ``RUN/hf``, or a released pair downloaded into two folders (``google/electra-base-
+  discriminator`` -> ``discriminator/``, ``google/electra-base-generator`` -> ``generator/``);
+- **one of our runs** or one of its checkpoints (``RUN`` = its newest complete checkpoint, or
+  ``RUN/checkpoints/step_N``): the fp32 master weights are read from the DeepSpeed files.
+
+What comes from where. The architecture (``ARCHITECTURE``: sizes, vocabulary, positions, the
+generator's width) is the checkpoint's; the preset gives everything else (objective, optimiser,
+schedule, data, dropout, training). A user setting of an architecture key that contradicts the
+checkpoint (``--set model.hidden_size=...``, or a key in a config file of their own) is a one-line
+error naming both values: nothing the user set is silently ignored. The optimiser and the
+learning-rate schedule start fresh at step 0, unless LOCATION is one of our checkpoints and
+``--resume-schedule`` asks to continue its optimiser state and schedule (then on new data: the
+data position starts at the new corpora's beginning).
+
+The vocabulary is enforced before anything is built: the corpus's tokenizer and the checkpoint's
+are compared (``electra.vocabulary``: tokens in id order, size, special ids, lower-casing); a
+mismatch is one line naming both and the fix (build the corpus with ``--tokenizer
+LOCATION/discriminator``). Released pairs store the shared embeddings twice; the discriminator's
+are used, and one log line says so if the generator's copy differs. The run records its source in
+``RUN/lineage.json`` (location, checkpoint, sha256 of each weight file read) and every export
+carries it in its ``config.json`` (``electra_lineage``).
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+
+from common.config import ConfigError
+from electra import run_layout as layout
+from electra import vocabulary as vocab
+from electra.config import PRESETS_DIR, ElectraConfig, ModelConfig, config_location
+from electra.corpus import CorpusMismatchError
+
+log = logging.getLogger("electra.train")
+
+# The model fields a checkpoint decides: what its tensors' shapes and its normalisation need.
+ARCHITECTURE = ("vocab_size", "embedding_size", "hidden_size", "num_layers", "num_heads", "intermediate_size",
+                "generator_fraction", "max_position_embeddings", "type_vocab_size", "layer_norm_eps", "pad_token_id")
+LINEAGE = "lineage.json"
+_FORMS = ("a folder with discriminator/ and generator/ in Hugging Face format (a released pair, or RUN/hf), "
+          "a run folder, or RUN/checkpoints/step_N")
+
+
+@dataclass(frozen=True)
+class InitSource:
+    location: str  # as given, made absolute (a run folder stays the run folder: step_dir says which step)
+    kind: Literal["hf", "run"]
+    model: ModelConfig  # the checkpoint's architecture
+    vocabulary: vocab.Vocabulary
+    tokenizer_dir: Path  # the checkpoint's tokenizer files (the fix for a corpus that does not match)
+    weight_files: tuple[Path, ...]
+    step_dir: Path | None = None  # kind "run": the checkpoint
+    objective_kind: str | None = None  # kind "run"
+
+
+def find_source(location: str) -> InitSource:
+    """What ``location`` holds (module docstring); reads configs and tokenizer files, no weights."""
+    from electra.hf_export import model_config_from_hf, resolve_checkpoint
+
+    path = Path(location).expanduser()
+    if not path.exists():
+        raise FileNotFoundError(f"--init-from {location}: no such folder; give {_FORMS}")
+    path = path.resolve()
+    if (path / "discriminator").is_dir() and (path / "generator").is_dir():
+        configs = {side: _json(path / side / "config.json") for side in ("discriminator", "generator")}
+        try:
+            model = model_config_from_hf(configs["discriminator"], configs["generator"],
+                                         source=str(path / "generator" / "config.json"))
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"--init-from {path}: config.json lacks {exc} (not an ELECTRA model folder)") from None
+        tok_dir = next((path / s for s in ("discriminator", "generator") if _has_tokenizer(path / s)), None)
+        if tok_dir is None:
+            raise FileNotFoundError(f"--init-from {path}: no tokenizer files (vocab.txt or tokenizer.json) in "
+                                    "discriminator/ or generator/; download them with the weights")
+        files = tuple(_weights_file(path / side) for side in ("discriminator", "generator"))
+        return InitSource(str(path), "hf", model, vocab.from_folder(str(tok_dir)), tok_dir, files)
+    try:
+        step_dir = resolve_checkpoint(path)
+    except FileNotFoundError as exc:
+        raise FileNotFoundError(f"--init-from {location}: {exc}".replace(
+            "give a checkpoint folder RUN/checkpoints/step_N or a run folder RUN written by electra.train",
+            f"give {_FORMS}")) from None
+    run_dir = layout.run_dir_of(step_dir)
+    cfg = ElectraConfig.from_dict(_json(run_dir / layout.CONFIG), source=str(run_dir / layout.CONFIG))
+    tok_dir = run_dir / layout.TOKENIZER
+    files = tuple(sorted(p for p in step_dir.iterdir() if p.suffix == ".pt"))
+    return InitSource(str(path), "run", cfg.model, vocab.from_folder(str(tok_dir)), tok_dir, files,
+                      step_dir, cfg.objective.kind)
+
+
+def _json(path: Path) -> dict:
+    if not path.is_file():
+        raise FileNotFoundError(f"--init-from: {path} missing (expected {_FORMS})")
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}:{exc.lineno}: invalid JSON: {exc.msg}") from None
+
+
+def _has_tokenizer(folder: Path) -> bool:
+    return (folder / "tokenizer.json").is_file() or (folder / "vocab.txt").is_file()
+
+
+def _weights_file(folder: Path) -> Path:
+    for name in ("model.safetensors", "pytorch_model.bin"):
+        if (folder / name).is_file():
+            return folder / name
+    raise FileNotFoundError(f"--init-from: {folder} has neither model.safetensors nor pytorch_model.bin")
+
+
+# ------------------------------------------------------------------------------ config
+def user_model_settings(config: str, overrides: list[str]) -> dict[str, Any]:
+    """The ``model.*`` values the user set: ``--set model.k=v`` and, in a config file of their own
+    (not a shipped preset), its ``model`` section."""
+    from common import config as strict
+
+    out: dict[str, Any] = {}
+    location = config_location(config)
+    if Path(location).resolve().parent != PRESETS_DIR.resolve():
+        raw = strict.load_json(location)
+        out.update(raw.get("model", {}) if isinstance(raw.get("model"), dict) else {})
+    for item in overrides:
+        key, _, value = item.partition("=")
+        section, _, name = key.strip().partition(".")
+        if section == "model" and name:
+            try:
+                out[name] = json.loads(value)
+            except json.JSONDecodeError:
+                out[name] = value
+    return out
+
+
+def apply_architecture(requested: ElectraConfig, source: InitSource, user: dict[str, Any]) -> ElectraConfig:
+    """``requested`` with the checkpoint's architecture; a contradicting user setting is an error."""
+    for key in ARCHITECTURE:
+        theirs = getattr(source.model, key)
+        if key in user and not _same(user[key], theirs):
+            raise ConfigError(f"model.{key}={user[key]} contradicts --init-from {source.location}, whose {key} is "
+                              f"{theirs}; drop the setting (the architecture comes from the checkpoint)")
+    changes = {k: getattr(source.model, k) for k in ARCHITECTURE}
+    moved = [f"{k} {getattr(requested.model, k)} -> {v}" for k, v in changes.items() if getattr(requested.model, k) != v]
+    if moved:
+        log.info("model architecture from --init-from %s: %s", source.location, ", ".join(moved))
+    model = dataclasses.replace(requested.model, **changes)
+    return ElectraConfig.from_dict(dataclasses.asdict(dataclasses.replace(requested, model=model)),
+                                   source=f"config with the architecture of {source.location}")
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool):
+        return abs(a - b) <= 1e-9 * max(1.0, abs(b))
+    return a == b
+
+
+def check_vocabulary(source: InitSource, corpus_vocab: vocab.Vocabulary, corpus: str) -> None:
+    """One line when the corpus was not tokenised with the checkpoint's vocabulary."""
+    diffs = source.vocabulary.differences(corpus_vocab)
+    if diffs:
+        raise CorpusMismatchError(
+            f"--init-from {source.location}: its vocabulary ({source.vocabulary.describe()}) differs from the "
+            f"corpus {corpus}'s ({corpus_vocab.describe()}): {'; '.join(diffs)}; rebuild the corpus with "
+            f"electra-build-corpus --tokenizer {source.tokenizer_dir}")
+
+
+# ------------------------------------------------------------------------------ weights
+def load_weights(source: InitSource, cfg: ModelConfig) -> dict[str, torch.Tensor]:
+    """An ``ElectraForPretraining`` state dict (fp32) of the checkpoint, for ``cfg``."""
+    if source.kind == "run":
+        from electra.deepspeed_states import checkpoint_state_dict
+
+        prefix = "model."
+        return {k[len(prefix):]: v.float() for k, v in checkpoint_state_dict(source.step_dir).items()
+                if k.startswith(prefix)}
+    from electra.hf_export import from_hf
+
+    disc, gen = (_read_tensors(f) for f in source.weight_files)
+    shared = [k for k in disc if k.startswith("electra.embeddings.") and k in gen]
+    differ = [k for k in shared if gen[k].shape != disc[k].shape or not torch.equal(gen[k], disc[k])]
+    if differ:
+        log.info("--init-from %s: the generator's copy of the shared embeddings differs from the discriminator's "
+                 "(%s); using the discriminator's", source.location, ", ".join(k.split(".", 2)[2] for k in differ))
+    gen = {**gen, **{k: disc[k] for k in shared}}
+    return {k: v.float() for k, v in from_hf(disc, gen, cfg).items()}
+
+
+def _read_tensors(path: Path) -> dict[str, torch.Tensor]:
+    if path.suffix == ".safetensors":
+        from safetensors.torch import load_file
+
+        return load_file(str(path))
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def lineage(source: InitSource, *, resume_schedule: bool) -> dict[str, Any]:
+    """What ``RUN/lineage.json`` and the exports record of the source: location, checkpoint and
+    the sha256 of every weight file read (streamed: files of gigabytes)."""
+    def sha256(path: Path) -> str:
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 22), b""):
+                h.update(chunk)
+        return h.hexdigest()
+
+    root = Path(source.location)
+    return {"init_from": source.location, "kind": source.kind,
+            "checkpoint": str(source.step_dir) if source.step_dir else None, "resume_schedule": resume_schedule,
+            "weights": {str(p.relative_to(root)) if p.is_relative_to(root) else str(p): sha256(p)
+                        for p in source.weight_files}}
+
+
+def read_lineage(run_dir: str | Path) -> dict[str, Any] | None:
+    """A run's ``lineage.json``, or None for a run from random weights."""
+    path = Path(run_dir) / LINEAGE
+    return json.loads(path.read_text()) if path.is_file() else None

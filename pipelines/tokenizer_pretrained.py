@@ -1,0 +1,283 @@
+"""Pretrained tokenizers: a ``tokenizer.json``, a BERT ``vocab.txt`` or a Hugging Face model folder.
+
+``tokenizer.pretrained`` (``--tokenizer LOCATION``) is any storage location. ``open_pretrained``
+reads it, decides what it is and checks it; the build calls it twice: at planning (its
+``fingerprint`` goes into the tokenizer stage's key, so every error here comes before any Ray
+work) and in the stage, which writes the result (``pipelines.tokenizer.load_pretrained``).
+
+A file. ``*.json`` is a ``tokenizers`` tokenizer.json, used as it is: its normaliser decides
+lower-casing. Anything else is a BERT vocab.txt (a token per line, the id is the line number),
+made into BERT's pipeline with the config's flags (unset: True, ELECTRA's uncased default).
+
+A folder (a location ending in ``/``, or one the store calls a directory): what a user downloads
+for a released model such as google/electra-base-discriminator (config.json, weights, vocab.txt,
+tokenizer.json, tokenizer_config.json, special_tokens_map.json). Only tokenizer_config.json,
+vocab.txt and tokenizer.json are read, each by name (no listing: an https folder works too). The
+aim is transformers' ids for the folder (``AutoTokenizer`` / ``ElectraTokenizerFast.from_pretrained``):
+
+1. vocab.txt, when tokenizer_config.json names a BERT-family class (``BERT_CLASSES``) or none, or
+   when there is no tokenizer.json: BERT's WordPiece pipeline built from it, with transformers'
+   BertTokenizer flags from tokenizer_config.json (``bert_flags``): ``do_lower_case`` (absent:
+   True), ``strip_accents`` (null or absent: follows do_lower_case), ``tokenize_chinese_chars``
+   (absent: True). That is the pipeline transformers 5 rebuilds for these classes, with the
+   vocabulary of tokenizer.json when the folder has one: a tokenizer.json beside the vocab.txt
+   must hold the same vocabulary, else the folder is refused (two answers, no right one).
+2. Otherwise tokenizer.json, as it is. A tokenizer_config.json that contradicts its normaliser is
+   refused in one line rather than followed: transformers' answer then depends on the class (the
+   BERT classes rebuild the normaliser from the config's flags, the generic class keeps the
+   file's), and a folder at odds with itself is more likely broken than meant. With a BERT-family
+   class the file must be a BERT WordPiece with the flags above; with another class, a
+   ``do_lower_case`` / ``strip_accents`` the config states must agree.
+3. Neither file: refused in one line naming what was looked for.
+
+Flags. Lower-casing and accent stripping of a folder or a tokenizer.json are theirs, never our
+config's defaults (``TokenizerConfig.lowercase/strip_accents`` are None unless set). A value the
+user set (``--lowercase``/``--no-lowercase``) that contradicts them is refused in one line naming
+the file, both values and the fix; the manifest records what the tokenizer does.
+
+Special tokens keep the vocabulary's ids (released BERT/ELECTRA vocabularies have [PAD]=0,
+[UNK]=100, [CLS]=101, [SEP]=102, [MASK]=103): the manifest records them and the trainer reads
+them from there; only [PAD] must be 0. As in transformers they are added tokens, so "[MASK]" in
+raw text is the mask token, not "[", "mask", "]".
+
+Identity (``Pretrained.fingerprint``): the sha256 of each file read (an absent one counts as
+absent), which of them the tokenizer comes from and ``FORMAT``, never the location: an edited
+or completed folder rebuilds the tokenizer; a moved one does not.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers
+
+from common import storage
+from common.config import ConfigError
+from common.hashing import sha256_bytes
+from pipelines import schema
+from pipelines.config import TokenizerConfig
+from pipelines.tokenizer import _attach_post_processor, _check_specials, _spec, is_bert_compatible, normalizer_flags
+
+# transformers classes that build BERT's WordPiece pipeline from a vocabulary (all one class in 5).
+BERT_CLASSES = frozenset({"BertTokenizer", "BertTokenizerFast", "ElectraTokenizer", "ElectraTokenizerFast"})
+CONFIG, VOCAB, JSON = "tokenizer_config.json", "vocab.txt", "tokenizer.json"
+FOLDER_FILES = (VOCAB, JSON, CONFIG)  # read from a folder, in the order the error lists them
+# Bump when the same files would give another tokenizer (2: folders; a vocab.txt's special
+# tokens became added tokens): it is in the fingerprint, so the tokenizer is rebuilt.
+FORMAT = 2
+
+
+@dataclass(frozen=True)
+class BertFlags:
+    """transformers' BertTokenizer switches, resolved (``strip_accents`` is never "follow")."""
+    lowercase: bool = True
+    strip_accents: bool = True
+    chinese_chars: bool = True
+
+
+@dataclass
+class Pretrained:
+    """A pretrained tokenizer as read from ``location``."""
+    location: str
+    tokenizer: Tokenizer
+    used: str  # the kind of file it comes from: "vocab.txt" or "tokenizer.json"
+    lowercase: bool  # what its normaliser does
+    strip_accents: bool
+    files: dict[str, str | None] = field(default_factory=dict)  # each file read -> sha256, None if absent
+
+    @property
+    def fingerprint(self) -> dict[str, Any]:
+        """What decides the tokenizer, for the stage key."""
+        return {"format": FORMAT, "used": self.used, "files": self.files}
+
+
+def _js(value: Any) -> str:
+    return json.dumps(value)
+
+
+def _read(uri: str, *, optional: bool = False) -> bytes | None:
+    try:
+        return storage.read_bytes(uri)
+    except storage.MissingObject as exc:
+        if optional:
+            return None
+        raise FileNotFoundError(f"{uri}: pretrained tokenizer not found") from exc
+
+
+def is_folder(location: str) -> bool:
+    """A location ending in ``/``, or one the store says is a directory."""
+    if str(location).endswith("/"):
+        return True
+    got = storage.info(location)
+    if got is None:
+        raise FileNotFoundError(f"{location}: pretrained tokenizer not found (no such file or folder)")
+    return got.get("type") == "directory"
+
+
+# ---------------------------------------------------------------- the two kinds of file
+def parse_vocab_txt(path: str, data: bytes) -> dict[str, int]:
+    """A BERT vocab.txt: token -> line number (from 0); empty lines and duplicates are errors."""
+    vocab: dict[str, int] = {}
+    for lineno, line in enumerate(data.decode("utf-8").split("\n"), 1):
+        token = line.rstrip("\r")
+        if not token and lineno == data.count(b"\n") + 1:
+            break  # the empty remainder after the final newline
+        if not token:
+            raise ValueError(f"{path}:{lineno}: empty line in vocab.txt")
+        if token in vocab:
+            raise ValueError(f"{path}:{lineno}: duplicate token {token!r}")
+        vocab[token] = len(vocab)
+    missing = [t for t in schema.SPECIAL_TOKENS if t not in vocab]
+    if missing:
+        raise ValueError(f"{path}: missing special token(s) {missing}")
+    return vocab
+
+
+def parse_tokenizer_json(path: str, data: bytes) -> Tokenizer:
+    try:
+        return Tokenizer.from_str(data.decode("utf-8"))
+    except Exception as exc:  # tokenizers raises a bare Exception on malformed JSON
+        raise ValueError(f"{path}: not a tokenizers tokenizer.json ({exc})") from exc
+
+
+def wordpiece_from_vocab(vocab: dict[str, int], flags: BertFlags) -> Tokenizer:
+    """BERT's pipeline over ``vocab``, as transformers' BertTokenizer builds it: BertNormalizer,
+    BertPreTokenizer, WordPiece with ``##`` pieces, the special tokens as added tokens (matched
+    in the raw text) and the ``[CLS] A [SEP] B [SEP]`` post-processor."""
+    tok = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=flags.chinese_chars,
+                                                strip_accents=flags.strip_accents, lowercase=flags.lowercase)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece(prefix="##")
+    specials = sorted(schema.SPECIAL_TOKENS, key=vocab.__getitem__)
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in specials])
+    _attach_post_processor(tok)
+    return tok
+
+
+# ---------------------------------------------------------------- a folder's tokenizer_config.json
+def read_tokenizer_config(path: str, data: bytes | None) -> dict[str, Any]:
+    """The folder's tokenizer_config.json as a mapping ({} when absent)."""
+    if data is None:
+        return {}
+    try:
+        config = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}: invalid JSON ({exc})") from exc
+    if not isinstance(config, dict):
+        raise ValueError(f"{path}: expected a JSON object, got {type(config).__name__}")
+    if not isinstance(config.get("tokenizer_class", ""), str):
+        raise ValueError(f"{path}: tokenizer_class={_js(config['tokenizer_class'])}; expected a class name")
+    return config
+
+
+def bert_flags(config: dict[str, Any], path: str) -> BertFlags:
+    """transformers' BertTokenizer flags from a tokenizer_config.json mapping (its defaults:
+    do_lower_case True, strip_accents null = follow do_lower_case, tokenize_chinese_chars True)."""
+    def flag(key: str, default: Any) -> Any:
+        value = config.get(key, default)
+        if not isinstance(value, bool) and not (value is None and default is None):
+            raise ValueError(f"{path}: {key}={_js(value)}; expected true or false"
+                             + (" or null" if default is None else ""))
+        return value
+    lowercase = flag("do_lower_case", True)
+    strip = flag("strip_accents", None)
+    return BertFlags(lowercase, lowercase if strip is None else strip, flag("tokenize_chinese_chars", True))
+
+
+def _stated(config: dict[str, Any]) -> str:
+    keys = ("tokenizer_class", "do_lower_case", "strip_accents", "tokenize_chinese_chars")
+    return ", ".join(f"{k}={_js(config[k])}" for k in keys if k in config) or "no flags"
+
+
+def _check_json_against_config(tok: Tokenizer, config: dict[str, Any], config_path: str, json_path: str) -> None:
+    """Rule 2 of the module docstring: a tokenizer.json used as it is must agree with the
+    folder's tokenizer_config.json."""
+    cls = config.get("tokenizer_class")
+    lowercase, strip = normalizer_flags(tok)
+    got = {"do_lower_case": lowercase, "strip_accents": strip}
+    if cls in BERT_CLASSES:
+        if not is_bert_compatible(tok):
+            raise ValueError(f"{config_path} names {cls}, but {json_path} is not a BERT WordPiece tokenizer "
+                             f"(transformers' {cls} would rebuild one from its vocabulary): fix tokenizer_class")
+        flags = bert_flags(config, config_path)
+        want = {"do_lower_case": flags.lowercase, "strip_accents": flags.strip_accents,
+                "tokenize_chinese_chars": flags.chinese_chars}
+        got["tokenize_chinese_chars"] = bool(_spec(tok.normalizer).get("handle_chinese_chars"))
+    else:
+        want = {k: config[k] for k in ("do_lower_case", "strip_accents") if config.get(k) is not None}
+    wrong = [k for k in want if want[k] != got[k]]
+    if wrong:
+        raise ValueError(f"{config_path} ({_stated(config)}) contradicts {json_path}, whose normaliser gives "
+                         + ", ".join(f"{k}={_js(got[k])}" for k in wrong)
+                         + ": transformers' BERT classes follow the config, the others the normaliser; "
+                           "make the two files agree")
+
+
+# ---------------------------------------------------------------- opening a location
+def _check_user_flags(cfg: TokenizerConfig, lowercase: bool, strip_accents: bool, decided_by: str) -> None:
+    """A flag the user set (not None) must be what the tokenizer does."""
+    for key, want, got in (("lowercase", cfg.lowercase, lowercase),
+                           ("strip_accents", cfg.strip_accents, strip_accents)):
+        if want is not None and want != got:
+            raise ConfigError(f"tokenizer.{key}={_js(want)} contradicts {decided_by}, which gives {key}={_js(got)}: "
+                              "a pretrained tokenizer brings its own lower-casing; drop --lowercase/--no-lowercase "
+                              "(tokenizer.lowercase/strip_accents)")
+
+
+def _open_file(location: str, cfg: TokenizerConfig) -> Pretrained:
+    data = _read(location)
+    files = {JSON if location.endswith(".json") else VOCAB: sha256_bytes(data)}
+    if location.endswith(".json"):
+        tok = parse_tokenizer_json(location, data)
+        lowercase, strip = normalizer_flags(tok)
+        _check_user_flags(cfg, lowercase, strip, f"{location}'s normaliser")
+        return Pretrained(location, tok, JSON, lowercase, strip, files)
+    flags = cfg.resolved()  # a bare vocab.txt says nothing: the config decides, unset = True
+    tok = wordpiece_from_vocab(parse_vocab_txt(location, data), BertFlags(flags.lowercase, flags.strip_accents))
+    return Pretrained(location, tok, VOCAB, flags.lowercase, flags.strip_accents, files)
+
+
+def _open_folder(location: str, cfg: TokenizerConfig) -> Pretrained:
+    path = {name: storage.join(location, name) for name in FOLDER_FILES}
+    data = {name: _read(path[name], optional=True) for name in FOLDER_FILES}
+    files = {name: None if b is None else sha256_bytes(b) for name, b in data.items()}
+    config = read_tokenizer_config(path[CONFIG], data[CONFIG])
+    bert_class = config.get("tokenizer_class") in BERT_CLASSES | {None}
+    config_says = f"{path[CONFIG]} ({_stated(config)})" if data[CONFIG] is not None else \
+        f"the BertTokenizer defaults ({path[CONFIG]} is absent)"
+    if data[VOCAB] is not None and (bert_class or data[JSON] is None):
+        flags = bert_flags(config, path[CONFIG])
+        vocab = parse_vocab_txt(path[VOCAB], data[VOCAB])
+        if data[JSON] is not None:  # transformers would take the vocabulary from tokenizer.json
+            spec = _spec(parse_tokenizer_json(path[JSON], data[JSON]).model)
+            if spec.get("type") != "WordPiece" or spec.get("vocab") != vocab:
+                raise ValueError(f"{location}: vocab.txt and tokenizer.json hold different vocabularies "
+                                 "(transformers would use tokenizer.json's): remove the stale one")
+        tok, used, decided_by = wordpiece_from_vocab(vocab, flags), VOCAB, config_says
+    elif data[JSON] is not None:
+        tok, used, decided_by = parse_tokenizer_json(path[JSON], data[JSON]), JSON, f"{path[JSON]}'s normaliser"
+        if config:
+            _check_json_against_config(tok, config, path[CONFIG], path[JSON])
+    else:
+        raise FileNotFoundError(f"{location}: no pretrained tokenizer in this folder (looked for {VOCAB} and "
+                                f"{JSON}, beside {CONFIG}; found neither)")
+    lowercase, strip = normalizer_flags(tok)
+    _check_user_flags(cfg, lowercase, strip, decided_by)
+    return Pretrained(location, tok, used, lowercase, strip, files)
+
+
+def open_pretrained(location: str, cfg: TokenizerConfig) -> Pretrained:
+    """Read and check the pretrained tokenizer at ``location`` (a file or a model folder, any
+    storage location), with the user's explicit flags in ``cfg`` (None = unset).
+
+    Raises ``FileNotFoundError`` (nothing there), ``ConfigError`` (a set flag contradicts the
+    tokenizer) or ``ValueError`` (unusable files), each with a one-line message naming the file.
+    """
+    location = str(location)
+    pre = _open_folder(location, cfg) if is_folder(location) else _open_file(location, cfg)
+    _check_specials(pre.tokenizer, where=location)
+    if pre.tokenizer.post_processor is None:
+        _attach_post_processor(pre.tokenizer)
+    return pre

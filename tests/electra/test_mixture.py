@@ -1,0 +1,160 @@
+"""electra/mixture.py + the mixed sample order: per-epoch takes by largest remainder (against exact
+fractions), repeats and per-epoch choices, the share a 1:3 mixture trains on (keys checked against
+each corpus's own shards), elastic and exact resume of a mixed order, and the corpus set's checks
+(electra/corpus_set.py). End-to-end trainer runs on a mixture: tests/electra/test_mixture_resume.py."""
+from __future__ import annotations
+
+from collections import Counter
+from fractions import Fraction
+
+import pytest
+
+from electra import data as sd
+from electra.corpus import CorpusMismatchError, ShardRef
+from electra.corpus_set import open_corpora
+from electra.mixture import Mixture, epoch_slices, takes_for
+from tests.electra._corpus import write_tiny_corpus
+
+SEQ = 32
+A_SHARDS = (40, 35, 45, 30, 50, 38, 42, 40, 44, 36, 40, 40, 39, 41)  # 560 examples
+B_SHARDS = (25, 20, 30, 22, 28, 24, 26, 25, 20, 30, 22, 28)  # 300 examples
+
+
+def refs(sizes, tag="s") -> tuple[ShardRef, ...]:
+    return tuple(ShardRef(f"mem://{tag}{i}", n, 100 * n, f"{tag}{i}") for i, n in enumerate(sizes))
+
+
+def test_takes_are_the_largest_remainders_of_the_exact_shares():
+    sizes, weights = [560, 300, 7], [1.0, 3.0, 0.5]
+    total = sum(sizes)
+    exact = [Fraction(total) * Fraction(w).limit_denominator() / sum(Fraction(x).limit_denominator() for x in weights)
+             for w in weights]
+    got = takes_for(sizes, weights)
+    assert sum(got) == total and all(abs(g - e) < 1 for g, e in zip(got, exact))
+    floors = [int(e) for e in exact]  # the units left go to the largest fractional parts
+    rest = sorted(range(3), key=lambda j: -(exact[j] - floors[j]))[:total - sum(floors)]
+    assert list(got) == [f + (j in rest) for j, f in enumerate(floors)]
+    assert takes_for(sizes, None) == tuple(sizes)  # no weights: each corpus's own size
+    assert takes_for([10, 10], [0, 1]) == (0, 20)
+    with pytest.raises(ValueError, match="source 1 has weight 1 but no examples"):
+        takes_for([10, 0], [1, 1])
+
+
+def test_one_source_without_weights_is_the_plain_shard_list():
+    shards = refs((5, 0, 7))
+    assert epoch_slices(shards, None, seed=1, epoch=0) == [(s, 0, s.num_examples, 0) for s in shards]
+
+
+@pytest.mark.parametrize("epoch", [0, 1, 2])
+def test_each_epoch_takes_exactly_its_share_repeating_or_choosing(epoch):
+    a, b = refs(A_SHARDS, "a"), refs(B_SHARDS, "b")
+    mix = Mixture((len(a), len(b)), takes_for([560, 300], [1, 3]))  # 215 of A, 645 of B (2.15x)
+    slices = epoch_slices(a + b, mix, seed=7, epoch=epoch)
+    per_source = Counter()
+    for s in slices:
+        assert 0 <= s.start and s.start + s.num_examples <= s.shard.num_examples
+        assert s.shard.uri.startswith("mem://" + "ab"[s.source])
+        per_source[s.source] += s.num_examples
+    assert per_source == {0: mix.takes[0], 1: mix.takes[1]}
+    b_uses = Counter(s.shard.uri for s in slices if s.source == 1)
+    assert all(b_uses[s.uri] >= 2 for s in b)  # two whole copies of B ...
+    assert sum(s.num_examples for s in slices if s.source == 1) - 2 * 300 == 45  # ... and 45 more
+    a_used = [s for s in slices if s.source == 0]
+    assert len({s.shard.uri for s in a_used}) == len(a_used)  # a down-weighted source: each shard once
+    assert sum(s.num_examples < s.shard.num_examples for s in a_used) <= 1  # at most one partial shard
+
+
+def test_the_choice_changes_with_the_epoch_and_not_otherwise():
+    a, b = refs(A_SHARDS, "a"), refs(B_SHARDS, "b")
+    mix = Mixture((len(a), len(b)), takes_for([560, 300], [1, 3]))
+
+    def chosen(epoch):
+        return [(s.shard.uri, s.num_examples) for s in epoch_slices(a + b, mix, seed=7, epoch=epoch) if s.source == 0]
+
+    assert chosen(0) == chosen(0) and chosen(0) != chosen(1)
+    seen = {uri for e in range(6) for uri, _ in chosen(e)}
+    assert seen == {s.uri for s in a}  # over epochs a down-weighted source is seen whole
+
+
+# ------------------------------------------------------------------------------ real corpora
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    root = tmp_path_factory.mktemp("mix")
+    a = write_tiny_corpus(root / "a", seq_len=SEQ, train_shards=A_SHARDS, validation_shards=(6,), seed=1)
+    b = write_tiny_corpus(root / "b", seq_len=SEQ, train_shards=B_SHARDS, validation_shards=(6,), seed=2,
+                          tokenizer_from=a)
+    return a, b
+
+
+def mixed_plan(pair, weights, *, rank=0, world=1, batch=16, micro=4):
+    corpora = open_corpora([str(p) for p in pair], weights=weights)
+    shards, _, mixture = corpora.shards("train", skip_corrupt=False)
+    return sd.StreamPlan(shards, SEQ, batch, micro, rank=rank, world_size=world, seed=3, shuffle_block=64,
+                         streams=8, mixture=mixture)
+
+
+def own_keys(corpus) -> set:
+    info = sd.open_corpus(str(corpus))
+    shards, _ = sd.check_shards(info, "train")
+    return {(int(u), int(o)) for s in shards for u, o in zip(*(lambda ex: (ex.uid, ex.ordinal))(sd.read_shard(s)))}
+
+
+def test_a_1_to_3_mixture_trains_on_three_quarters_of_the_second(pair):
+    p = mixed_plan(pair, [1, 3])
+    stream = iter(sd.TrainStream(p, num_workers=0))
+    first = []  # the first 1,000 examples trained: an epoch (860) and part of the next
+    while len(first) < 1000:
+        first += next(stream).keys
+    share = sum(k[0] == 1 for k in first[:1000]) / 1000
+    assert abs(share - 0.75) <= 0.05, share
+    keys = [k for b in sd.TrainStream(p, num_workers=0).loader(0) for k in b.keys]
+    mine = [own_keys(c) for c in pair]
+    assert all(k[1:] in mine[k[0]] for k in first)  # each key is an example of the corpus it names
+    b_rows = Counter(k for k in keys if k[0] == 1)
+    assert len(b_rows) == 300 and max(b_rows.values()) == 3  # all of B, none more than 3 times in the epoch
+
+
+def test_a_mixed_order_is_elastic_and_resumes_exactly(pair):
+    one = mixed_plan(pair, [1, 3])
+    full = {b.position.step: b.keys for b in sd.TrainStream(one, num_workers=0).loader(1) if b.micro == 0}
+    halves = [mixed_plan(pair, [1, 3], rank=r, world=2, micro=8) for r in (0, 1)]
+    per_rank = [{b.position.step: b.keys for b in sd.TrainStream(h, num_workers=0).loader(1)} for h in halves]
+    whole = {b.position.step: [] for b in sd.TrainStream(one, num_workers=0).loader(1)}
+    for b in sd.TrainStream(one, num_workers=0).loader(1):
+        whole[b.position.step] += b.keys
+    assert {s: per_rank[0][s] + per_rank[1][s] for s in whole} == whole  # 2 ranks = 1 rank, step by step
+    resumed = sd.TrainStream(one, num_workers=0, start=sd.DataPosition(1, 5))
+    again = {}
+    for b in resumed:
+        if b.position.epoch != 1:
+            break
+        again.setdefault(b.position.step, []).extend(b.keys)
+    assert again == {s: k for s, k in whole.items() if s >= 5} and full[5] == whole[5][:4]
+
+
+def test_mixed_corpora_must_share_tokenizer_and_length(pair, tmp_path):
+    other_tok = write_tiny_corpus(tmp_path / "t", seq_len=SEQ, train_shards=(9,), seed=5)
+    other_len = write_tiny_corpus(tmp_path / "l", seq_len=64, train_shards=(9,), seed=6, tokenizer_from=pair[0])
+    with pytest.raises(CorpusMismatchError, match=f"--data {pair[0]} and --data {other_tok} have different "
+                                                  "tokenizers .*rebuild .* with --tokenizer"):
+        open_corpora([str(pair[0]), str(other_tok)])
+    with pytest.raises(CorpusMismatchError, match=f"--data {pair[0]} is packed at seq_len 32 but --data "
+                                                  f"{other_len} at 64"):
+        open_corpora([str(pair[0]), str(other_len)])
+    with pytest.raises(ValueError, match="data.weights has 3 values for 2 --data corpora"):
+        open_corpora([str(p) for p in pair], weights=[1, 2, 3])
+    with pytest.raises(ValueError, match="is given twice"):
+        open_corpora([str(pair[0]), str(pair[0])])
+
+
+def test_the_set_identity_covers_corpora_order_and_weights(pair):
+    single = open_corpora([str(pair[0])])
+    assert single.data_sha256 == sd.open_corpus(str(pair[0])).data_sha256  # one corpus: as before mixtures
+    ids = {open_corpora(locs, weights=w).data_sha256 for locs, w in (
+        ([str(pair[0]), str(pair[1])], None), ([str(pair[0]), str(pair[1])], [1, 3]),
+        ([str(pair[1]), str(pair[0])], [3, 1]))}
+    assert len(ids) == 3
+    saved = open_corpora([str(p) for p in pair], weights=[1, 3]).data_sha256
+    with pytest.raises(CorpusMismatchError, match="differ from the checkpoint's .* same --data list and data.weights"):
+        open_corpora([str(p) for p in pair], weights=[1, 2], data_sha256=saved)
+    assert open_corpora([str(p) for p in pair], weights=[1, 3], data_sha256=saved).data_sha256 == saved
