@@ -80,11 +80,11 @@ class CorpusSet:
             sizes.append(sum(s.num_examples for s in good))
         mixture = None
         if len(self.corpora) > 1 and split == "train":
-            try:
-                takes = takes_for(sizes, self.weights)
-            except ValueError as exc:  # a weighted corpus without train examples
-                raise CorpusMismatchError(f"data.weights {list(self.weights or [])} over {list(self.locations)}: "
-                                          f"{exc}") from None
+            for loc, n, w in zip(self.locations, sizes, self.weights or sizes):
+                if w and not n:
+                    raise CorpusMismatchError(f"--data {loc} has no train examples to give its weight {w}; "
+                                              "drop it or set its weight to 0")
+            takes = takes_for(sizes, self.weights)
             mixture = Mixture(tuple(counts), takes)
             for loc, n, t in zip(self.locations, sizes, takes):
                 log.info("corpus %s: %d train examples, %d per epoch (%.2fx)", loc, n, t, t / n if n else 0.0)
@@ -102,6 +102,9 @@ def open_corpora(locations: Sequence[str], *, weights: Sequence[float] | None = 
     if weights is not None and len(weights) != len(locations):
         raise ValueError(f"data.weights has {len(weights)} values for {len(locations)} --data corpora; "
                          "give one weight per --data, in the same order")
+    if weights is not None and len(locations) == 1:
+        raise ValueError(f"data.weights {list(weights)} with one --data {locations[0]}: weights mix several "
+                         "corpora; drop data.weights or add --data")
     if len(locations) == 1:  # the corpus's own checks and identity, as before mixtures
         info = open_corpus(locations[0], tokenizer_sha256=tokenizer_sha256, manifest_sha256=manifest_sha256,
                            data_sha256=data_sha256, allow_change=allow_change)

@@ -32,6 +32,7 @@ import dataclasses
 import hashlib
 import json
 import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -41,7 +42,7 @@ import torch
 from common.config import ConfigError
 from electra import run_layout as layout
 from electra import vocabulary as vocab
-from electra.config import PRESETS_DIR, ElectraConfig, ModelConfig, config_location
+from electra.config import PRESETS_DIR, ElectraConfig, ModelConfig, OptimizerConfig, config_location
 from electra.corpus import CorpusMismatchError
 
 log = logging.getLogger("electra.train")
@@ -64,6 +65,7 @@ class InitSource:
     weight_files: tuple[Path, ...]
     step_dir: Path | None = None  # kind "run": the checkpoint
     objective_kind: str | None = None  # kind "run"
+    optimizer: OptimizerConfig | None = None  # kind "run": the schedule --resume-schedule continues
 
 
 def find_source(location: str) -> InitSource:
@@ -98,7 +100,7 @@ def find_source(location: str) -> InitSource:
     tok_dir = run_dir / layout.TOKENIZER
     files = tuple(sorted(p for p in step_dir.iterdir() if p.suffix == ".pt"))
     return InitSource(str(path), "run", cfg.model, vocab.from_folder(str(tok_dir)), tok_dir, files,
-                      step_dir, cfg.objective.kind)
+                      step_dir, cfg.objective.kind, cfg.optimizer)
 
 
 def _json(path: Path) -> dict:
@@ -122,20 +124,57 @@ def _weights_file(folder: Path) -> Path:
 
 
 # ------------------------------------------------------------------------------ config
-def user_model_settings(config: str, overrides: list[str]) -> dict[str, Any]:
-    """The ``model.*`` values the user set: ``--set model.k=v`` and, in a config file of their own
-    (not a shipped preset), its ``model`` section."""
+def settle(requested: ElectraConfig, *, config: str, overrides: list[str], init_from: str | None,
+           resume_schedule: bool, run_dir: Path, resuming: bool) -> tuple[ElectraConfig, InitSource | None]:
+    """The run's config and the source to load (None: nothing to load). A run that resumes
+    itself keeps the architecture (and a continued schedule) it started with, from its own
+    ``config.json``, whether or not ``--init-from`` is given again."""
+    started = read_lineage(run_dir) if resuming else None
+    model_user = user_settings(config, overrides, "model")
+    if started is not None:
+        own = ElectraConfig.from_dict(json.loads((run_dir / layout.CONFIG).read_text()),
+                                      source=str(run_dir / layout.CONFIG))
+        where = f"the run {run_dir} (started from {started['init_from']})"
+        requested = apply_architecture(requested, own.model, model_user, where=where)
+        if started.get("resume_schedule"):
+            requested = apply_schedule(requested, own.optimizer, user_settings(config, overrides, "optimizer"),
+                                       where=where)
+    if init_from is None:
+        return requested, None
+    if resuming:  # the source is not read again (it may be gone by now)
+        location = str(Path(init_from).expanduser().resolve())
+        same = started is not None and started["init_from"] == location
+        _say(logging.INFO if same else logging.WARNING, "resuming %s from its own checkpoint; --init-from %s %s",
+             run_dir, location, "was its start" if same else
+             f"is not used (the run started from {started['init_from'] if started else 'random weights'})")
+        return requested, None
+    source = find_source(init_from)
+    where = f"--init-from {source.location}"
+    requested = apply_architecture(requested, source.model, model_user, where=where)
+    if resume_schedule:
+        if source.kind != "run":
+            raise ConfigError(f"--resume-schedule: --init-from {source.location} is a Hugging Face folder, which "
+                              "holds no optimiser state or schedule; drop --resume-schedule (the schedule starts at "
+                              "step 0) or start from one of our runs")
+        requested = apply_schedule(requested, source.optimizer, user_settings(config, overrides, "optimizer"),
+                                   where=where)
+    return requested, source
+
+
+def user_settings(config: str, overrides: list[str], section: str) -> dict[str, Any]:
+    """The ``section.*`` values the user set: ``--set section.k=v`` and, in a config file of their
+    own (not a shipped preset), that section."""
     from common import config as strict
 
     out: dict[str, Any] = {}
     location = config_location(config)
     if Path(location).resolve().parent != PRESETS_DIR.resolve():
         raw = strict.load_json(location)
-        out.update(raw.get("model", {}) if isinstance(raw.get("model"), dict) else {})
+        out.update(raw.get(section, {}) if isinstance(raw.get(section), dict) else {})
     for item in overrides:
         key, _, value = item.partition("=")
-        section, _, name = key.strip().partition(".")
-        if section == "model" and name:
+        head, _, name = key.strip().partition(".")
+        if head == section and name:
             try:
                 out[name] = json.loads(value)
             except json.JSONDecodeError:
@@ -143,20 +182,43 @@ def user_model_settings(config: str, overrides: list[str]) -> dict[str, Any]:
     return out
 
 
-def apply_architecture(requested: ElectraConfig, source: InitSource, user: dict[str, Any]) -> ElectraConfig:
-    """``requested`` with the checkpoint's architecture; a contradicting user setting is an error."""
-    for key in ARCHITECTURE:
-        theirs = getattr(source.model, key)
-        if key in user and not _same(user[key], theirs):
-            raise ConfigError(f"model.{key}={user[key]} contradicts --init-from {source.location}, whose {key} is "
-                              f"{theirs}; drop the setting (the architecture comes from the checkpoint)")
-    changes = {k: getattr(source.model, k) for k in ARCHITECTURE}
-    moved = [f"{k} {getattr(requested.model, k)} -> {v}" for k, v in changes.items() if getattr(requested.model, k) != v]
+def apply_architecture(requested: ElectraConfig, model: ModelConfig, user: dict[str, Any], *,
+                       where: str) -> ElectraConfig:
+    """``requested`` with ``model``'s architecture; a contradicting user setting is an error."""
+    changes = _take(requested.model, model, ARCHITECTURE, user, "model", where,
+                    "the architecture comes from the checkpoint")
+    return ElectraConfig.from_dict(dataclasses.asdict(dataclasses.replace(requested, model=changes)),
+                                   source=f"config with the architecture of {where}")
+
+
+def apply_schedule(requested: ElectraConfig, optimizer: OptimizerConfig, user: dict[str, Any], *,
+                   where: str) -> ElectraConfig:
+    """``requested`` with ``optimizer``'s learning rate, schedule and update (``--resume-schedule``
+    continues them; only the kernel choice, ``fused``, stays the user's)."""
+    keys = tuple(f.name for f in dataclasses.fields(OptimizerConfig) if f.name != "fused")
+    changes = _take(requested.optimizer, optimizer, keys, user, "optimizer", where,
+                    "--resume-schedule continues the checkpoint's schedule")
+    return ElectraConfig.from_dict(dataclasses.asdict(dataclasses.replace(requested, optimizer=changes)),
+                                   source=f"config with the schedule of {where}")
+
+
+def _take(mine, theirs, keys: tuple[str, ...], user: dict[str, Any], section: str, where: str, why: str):
+    for key in keys:
+        value = getattr(theirs, key)
+        if key in user and not _same(user[key], value):
+            raise ConfigError(f"{section}.{key}={user[key]} contradicts {where}, whose {key} is {value}; drop the "
+                              f"setting ({why})")
+    changes = {k: getattr(theirs, k) for k in keys}
+    moved = [f"{k} {getattr(mine, k)} -> {v}" for k, v in changes.items() if getattr(mine, k) != v]
     if moved:
-        log.info("model architecture from --init-from %s: %s", source.location, ", ".join(moved))
-    model = dataclasses.replace(requested.model, **changes)
-    return ElectraConfig.from_dict(dataclasses.asdict(dataclasses.replace(requested, model=model)),
-                                   source=f"config with the architecture of {source.location}")
+        _say(logging.INFO, "%s from %s: %s", section, where, ", ".join(moved))
+    return dataclasses.replace(mine, **changes)
+
+
+def _say(level: int, message: str, *args) -> None:
+    """Log once per job: every rank resolves the same plan, rank 0 tells it."""
+    if os.environ.get("RANK", "0") == "0":
+        log.log(level, message, *args)
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -167,6 +229,10 @@ def _same(a: Any, b: Any) -> bool:
 
 def check_vocabulary(source: InitSource, corpus_vocab: vocab.Vocabulary, corpus: str) -> None:
     """One line when the corpus was not tokenised with the checkpoint's vocabulary."""
+    if source.model.vocab_size != source.vocabulary.size:
+        raise CorpusMismatchError(f"--init-from {source.location}: its embeddings have {source.model.vocab_size} "
+                                  f"rows but its tokenizer ({source.vocabulary.where}) {source.vocabulary.size} "
+                                  "tokens; a vocabulary padded beyond its tokenizer is not supported")
     diffs = source.vocabulary.differences(corpus_vocab)
     if diffs:
         raise CorpusMismatchError(
@@ -190,7 +256,7 @@ def load_weights(source: InitSource, cfg: ModelConfig) -> dict[str, torch.Tensor
     shared = [k for k in disc if k.startswith("electra.embeddings.") and k in gen]
     differ = [k for k in shared if gen[k].shape != disc[k].shape or not torch.equal(gen[k], disc[k])]
     if differ:
-        log.info("--init-from %s: the generator's copy of the shared embeddings differs from the discriminator's "
+        _say(logging.INFO, "--init-from %s: the generator's copy of the shared embeddings differs from the discriminator's "
                  "(%s); using the discriminator's", source.location, ", ".join(k.split(".", 2)[2] for k in differ))
     gen = {**gen, **{k: disc[k] for k in shared}}
     return {k: v.float() for k, v in from_hf(disc, gen, cfg).items()}

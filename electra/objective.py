@@ -105,7 +105,7 @@ class ObjectiveOutput(NamedTuple):
     num_masked: torch.Tensor      # chosen positions in the batch
     disc_hist: torch.Tensor       # discriminator AUC histogram (metrics_log.auc_histogram; 0 for "mlm")
     row_disc_loss: torch.Tensor   # [B] each row's summed token losses (detached; per-corpus metrics)
-    row_tokens: torch.Tensor      # [B] each row's non-pad tokens
+    row_tokens: torch.Tensor      # [B] the tokens row_disc_loss covers: the row's non-pad ones (0 for "mlm")
 
 
 class Masking(NamedTuple):
@@ -266,4 +266,5 @@ class ElectraObjective(nn.Module):
         return ObjectiveOutput(self.cfg.generator_weight * gen_loss, gen_loss, zero, gen_acc, zero, zero,
                                zero, zero, non_pad.sum(), m.valid.sum(),
                                torch.zeros(2 * AUC_BINS, dtype=torch.float64, device=logits.device),
-                               non_pad.new_zeros(non_pad.shape[0], dtype=torch.float32), non_pad.sum(1))
+                               non_pad.new_zeros(non_pad.shape[0], dtype=torch.float32),
+                               non_pad.new_zeros(non_pad.shape[0], dtype=torch.int64))

@@ -43,7 +43,7 @@ from electra.batch_geometry import BatchGeometry
 from electra.config import ElectraConfig, load_config
 from electra.corpus import ShardRef
 from electra.corpus_set import CorpusSet, open_corpora
-from electra.init_from import InitSource, apply_architecture, check_vocabulary, find_source, user_model_settings
+from electra.init_from import InitSource, check_vocabulary, settle
 from electra.mixture import Mixture
 from electra.pretrain_job import PretrainJob
 
@@ -98,6 +98,8 @@ def config_hash(cfg: ElectraConfig) -> str:
     """Hash of what decides the trajectory (not max_steps, save/log cadence)."""
     d = cfg.to_dict()
     keep = {k: d[k] for k in ("model", "objective", "optimizer", "data")}
+    if keep["data"].get("weights") is None:  # one corpus: the hash runs of before mixtures saved
+        del keep["data"]["weights"]
     keep["seed"] = d["train"]["seed"]
     return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -125,11 +127,10 @@ def resolve(job: PretrainJob, *, world_size: int | None = None, precision: str |
     world_size = world_size_from_env() if world_size is None else world_size
     run_dir = check_run_dir(job.out)
     requested = load_config(job.config, job.overrides)
-    init = find_source(job.init_from) if job.init_from else None
-    if init is not None:
-        requested = apply_architecture(requested, init, user_model_settings(job.config, job.overrides))
     resume_dir = layout.find_latest(run_dir)
     prior = layout.CheckpointMeta.read(resume_dir) if resume_dir else None
+    requested, init = settle(requested, config=job.config, overrides=job.overrides, init_from=job.init_from,
+                             resume_schedule=job.resume_schedule, run_dir=run_dir, resuming=prior is not None)
     corpus = open_corpora(job.corpora, weights=requested.data.weights,
                           tokenizer_sha256=prior.tokenizer_sha256 if prior else None,
                           manifest_sha256=prior.manifest_sha256 if prior else None,
@@ -168,19 +169,14 @@ def resolve(job: PretrainJob, *, world_size: int | None = None, precision: str |
     elif init is not None and job.resume_schedule:
         resume, ds_config = _schedule_resume(init, cfg, ds_config, world_size)
     return RunPlan(job, run_dir, cfg, corpus, train, validation, skipped + skipped_val, geometry, ds_config,
-                   resume_dir, resume, mixture, init if prior is None else None,
-                   job.resume_schedule and prior is None)
+                   resume_dir, resume, mixture, init, init is not None and job.resume_schedule)
 
 
 def _schedule_resume(init: InitSource, cfg: ElectraConfig, ds_config: dict, world_size: int):
     """``--resume-schedule``: load the init checkpoint's optimiser state and schedule, as a resume
     of that checkpoint would (``plan_resume``), on the new data from its start."""
-    from electra.universal_checkpoint import ds_config_for_resume, plan_resume
+    from electra.universal_checkpoint import CONVERT_COMMAND, ds_config_for_resume, is_converted, plan_resume
 
-    if init.kind != "run":
-        raise ConfigError(f"--resume-schedule: --init-from {init.location} is a Hugging Face folder, which holds "
-                          "no optimiser state or schedule; drop --resume-schedule (the schedule starts at step 0) "
-                          "or start from one of our runs")
     if init.objective_kind != cfg.objective.kind:
         raise ConfigError(f"--resume-schedule: {init.location} was trained with objective.kind "
                           f"{init.objective_kind}, this run has {cfg.objective.kind}; their optimiser states differ")
@@ -191,6 +187,10 @@ def _schedule_resume(init: InitSource, cfg: ElectraConfig, ds_config: dict, worl
     resume = plan_resume(init.step_dir, world_size=world_size,
                          zero_stage=ds_config.get("zero_optimization", {}).get("stage", 0),
                          precision=cfg.train.precision)
+    if resume.universal and not is_converted(init.step_dir):  # never written into another run's folder
+        raise ConfigError(f"--resume-schedule: {resume.message}; convert it first ({CONVERT_COMMAND} "
+                          f"{init.step_dir}, which writes beside it) or train on its {resume.saved_world_size} "
+                          "rank(s) with its ZeRO stage and precision")
     return resume, ds_config_for_resume(ds_config, resume)
 
 

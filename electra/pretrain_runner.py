@@ -52,7 +52,7 @@ def build_objective(plan: RunPlan):
     model = ElectraForPretraining(cfg.model)
     special = SpecialTokens.from_manifest(plan.corpus.manifest.tokenizer.special_tokens)
     objective = ElectraObjective(model, cfg.objective, special, cfg.seq_len)
-    if plan.init is not None:
+    if plan.init is not None and not plan.resume_schedule:  # (a resumed schedule loads them with it)
         from electra.init_from import load_weights
 
         model.load_state_dict(load_weights(plan.init, cfg.model), strict=True)
@@ -90,7 +90,8 @@ class PretrainRunner:
                 record = lineage(plan.init, resume_schedule=plan.resume_schedule)
                 storage.write_bytes(str(plan.run_dir / LINEAGE), (json.dumps(record, indent=2) + "\n").encode())
                 log.info("starting from %s (%s)", plan.init.location, plan.init.kind)
-        self.shards = D.on_rank0(lambda: (plan.train_shards, plan.validation_shards))
+        # rank 0's listing, and the mixture made from it: every rank plans the same order
+        self.shards = D.on_rank0(lambda: (plan.train_shards, plan.validation_shards, plan.train_mixture))
         D.barrier()
 
     def build(self) -> Trainer:
@@ -129,9 +130,9 @@ class PretrainRunner:
             start = StartState(meta.step, meta.tokens_seen)
             log.info("optimiser state and schedule of %s: continuing at step %d on the new data",
                      plan.init.step_dir, meta.step)
-        train_shards, validation_shards = self.shards
+        train_shards, validation_shards, mixture = self.shards
         self.trainer = Trainer(plan, self.dist, engine, start, train_shards=train_shards,
-                               validation_shards=validation_shards, hooks=self.hooks)
+                               validation_shards=validation_shards, train_mixture=mixture, hooks=self.hooks)
         return self.trainer
 
     def train(self) -> None:

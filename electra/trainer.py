@@ -70,7 +70,8 @@ class Trainer:
     """Holds the run's state; ``run()`` trains to ``max_steps``."""
 
     def __init__(self, plan: RunPlan, dist: D.DistInfo, engine, start: StartState, *,
-                 train_shards: tuple, validation_shards: tuple, hooks: TrainHooks = TrainHooks()):
+                 train_shards: tuple, validation_shards: tuple, hooks: TrainHooks = TrainHooks(),
+                 train_mixture=None):
         self.plan, self.cfg, self.dist, self.engine, self.hooks = plan, plan.cfg, dist, engine, hooks
         self.run_dir, self.corpus = plan.run_dir, plan.corpus
         self.rank0 = dist.rank == 0
@@ -84,7 +85,7 @@ class Trainer:
         # DeepSpeed records the global grad norm except for ZeRO-0 in fp32; measure it ourselves there.
         self.own_grad_norm = engine.zero_optimization_stage() == 0 and self.cfg.train.precision == "fp32"
         self.last_norm = None
-        self.train_plan = self._stream_plan(train_shards, shuffle=True, mixture=plan.train_mixture)
+        self.train_plan = self._stream_plan(train_shards, shuffle=True, mixture=train_mixture)
         self.validation_plan = self._stream_plan(validation_shards, shuffle=False)
         data = self.cfg.data
         self.train_stream = sdata.TrainStream(self.train_plan, num_workers=sdata.loader_workers(data.num_workers),

@@ -72,15 +72,33 @@ def test_continuing_starts_where_the_run_ended(trained, random_init_loss, tmp_pa
 
 
 def test_resume_schedule_continues_step_and_learning_rate(trained, tmp_path):
+    """The source trained at lr 3e-3, not the preset's: the continued schedule is the source's."""
     corpus, a = trained
-    log = trainer(corpus, tmp_path / "b", "--max-steps", "43", "--init-from", str(a), "--resume-schedule",
-                  "--set", "optimizer.lr=0.003")
+    log = trainer(corpus, tmp_path / "b", "--max-steps", "43", "--init-from", str(a), "--resume-schedule")
     assert "continuing at step 40 on the new data" in log
     recs = records(tmp_path / "b")
     assert [r["step"] for r in recs] == [41, 42, 43]
     cfg = OptimizerConfig(lr=0.003, warmup_steps=2, total_steps=400)
     # the lr a record shows is the one its step trained with: the schedule's at the step before
-    assert recs[0]["lr"] == pytest.approx(0.003 * lr_multiplier(40, cfg))
+    assert [r["lr"] for r in recs] == pytest.approx([0.003 * lr_multiplier(s, cfg) for s in (40, 41, 42)])
+    assert json.loads((tmp_path / "b" / "config.json").read_text())["optimizer"]["lr"] == 0.003
+    line = one_line_error(probe(*BASE, "--data", str(corpus), "--out", str(tmp_path / "c"), "--init-from", str(a),
+                                "--resume-schedule", "--max-steps", "45", "--set", "optimizer.lr=0.1"))
+    assert "optimizer.lr=0.1 contradicts --init-from" in line and "whose lr is 0.003" in line
+
+
+def test_a_run_started_from_a_checkpoint_resumes_with_its_own_architecture(trained, tmp_path):
+    """The source has 1 layer, the preset 2: the rerun without --init-from keeps the run's own."""
+    corpus, a = trained
+    one = tmp_path / "one"
+    trainer(corpus, one, "--max-steps", "2", "--set", "model.num_layers=1")
+    trainer(corpus, tmp_path / "b", "--max-steps", "2", "--init-from", str(one))
+    log = trainer(corpus, tmp_path / "b", "--max-steps", "4")  # resumes: no --init-from given again
+    assert "resumed from" in log and "model from the run" in log
+    assert json.loads((tmp_path / "b" / "config.json").read_text())["model"]["num_layers"] == 1
+    assert [r["step"] for r in records(tmp_path / "b")] == [1, 2, 3, 4]
+    log = trainer(corpus, tmp_path / "b", "--max-steps", "5", "--init-from", str(a))  # another source
+    assert f"--init-from {a} is not used (the run started from {one})" in log
 
 
 def test_user_errors_are_one_line_before_start_up(trained, tmp_path):
@@ -96,6 +114,11 @@ def test_user_errors_are_one_line_before_start_up(trained, tmp_path):
     line = one_line_error(probe(*BASE, "--data", str(corpus), "--out", str(tmp_path / "r"), "--init-from",
                                 str(a / "hf"), "--resume-schedule"))
     assert "is a Hugging Face folder, which holds no optimiser state" in line
+    config = json.loads((pair / "discriminator" / "config.json").read_text())
+    (pair / "discriminator" / "config.json").write_text(json.dumps({**config, "vocab_size": 360}))
+    line = one_line_error(probe("--config", "tiny", "--data", str(corpus), "--out", str(tmp_path / "r"),
+                                "--init-from", str(pair)))
+    assert "its embeddings have 360 rows but its tokenizer" in line and "353 tokens" in line
     line = one_line_error(probe(*BASE, "--data", str(corpus), "--out", str(tmp_path / "r"), "--init-from",
                                 str(tmp_path / "nowhere")))
     assert "--init-from" in line and "no such folder" in line

@@ -145,6 +145,8 @@ def test_mixed_corpora_must_share_tokenizer_and_length(pair, tmp_path):
         open_corpora([str(p) for p in pair], weights=[1, 2, 3])
     with pytest.raises(ValueError, match="is given twice"):
         open_corpora([str(pair[0]), str(pair[0])])
+    with pytest.raises(ValueError, match=r"data.weights \[2\] with one --data .*drop data.weights or add --data"):
+        open_corpora([str(pair[0])], weights=[2])
 
 
 def test_the_set_identity_covers_corpora_order_and_weights(pair):
