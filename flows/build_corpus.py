@@ -71,6 +71,8 @@ def corpus_config(*, config: dict[str, Any] | str | None = None, overrides: list
             if not isinstance(paths, list):
                 raise strict.ConfigError(f"decontaminate.paths: expected a list of locations, got {paths!r}")
             strict.set_path(raw, "decontaminate.paths", paths + list(value))
+        elif name == "language":
+            raw["language"] = list(value)
         elif name == "lowercase":
             strict.set_path(raw, "tokenizer.lowercase", value)
             strict.set_path(raw, "tokenizer.strip_accents", value)
@@ -107,12 +109,13 @@ def build_corpus(source: list[str] | str, out: str, tokenizer: str | None = None
                  ray_address: str | None = None, config: dict[str, Any] | str | None = None,
                  overrides: list[str] | None = None, keep_cache: bool = False,
                  ray_worker_pip: str | None = None, profile: str | None = None,
-                 decontaminate: list[str] | None = None) -> dict[str, Any]:
+                 decontaminate: list[str] | None = None, language: list[str] | None = None) -> dict[str, Any]:
     """Build an ELECTRA pre-training corpus at ``out`` (path or URI); returns the manifest."""
     logger = get_run_logger()
     cfg = corpus_config(config=config, overrides=list(overrides or ()), profile=profile, tokenizer=tokenizer,
                         vocab_size=vocab_size, seq_len=seq_len, lowercase=lowercase,
-                        validation_fraction=validation_fraction, seed=seed, decontaminate=decontaminate)
+                        validation_fraction=validation_fraction, seed=seed, decontaminate=decontaminate,
+                        language=language)
     build = CorpusBuild([source] if isinstance(source, str) else list(source), out, cfg, keep_cache=keep_cache)
     pending = build.plan()
     logger.info("build-corpus: %d input files → %s; stages to run: %s", len(build.sources.files), out,
@@ -139,6 +142,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--profile", default=None, choices=("web", "books", "bert-format"),
                    help="input profile (README 'Input profiles'): web (default; records or blank-line blocks, "
                         "every filter), books (a file is a document), bert-format (a sentence per line)")
+    p.add_argument("--language", action="append", default=None, metavar="CODE",
+                   help="keep documents in this language (ISO 639-1, repeatable; config 'language'): each is "
+                        "filtered with its own word splitter and thresholds (README 'Other languages'); "
+                        "default: filter.language.languages (English)")
     p.add_argument("--tokenizer", default=None,
                    help="wordpiece | unigram (train one) | location of an existing tokenizer: a tokenizer.json, "
                         "a BERT vocab.txt, or a Hugging Face model folder (e.g. a download of "
@@ -210,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
                                 validation_fraction=args.validation_fraction, seed=args.seed,
                                 ray_address=args.ray_address, config=args.config, overrides=args.overrides,
                                 keep_cache=args.keep_cache, ray_worker_pip=args.ray_worker_pip,
-                                profile=args.profile, decontaminate=args.decontaminate)
+                                profile=args.profile, decontaminate=args.decontaminate, language=args.language)
     except Exception as exc:  # a user error is one line; anything else keeps its traceback
         line = user_error(exc)
         if line is None:

@@ -57,6 +57,7 @@ class IngestConfig:
 FilterBlock = Literal["gopher_quality", "gopher_repetition", "code", "c4", "fineweb", "language", "lm_quality",
                       "pii"]
 FILTER_BLOCKS: tuple[str, ...] = typing.get_args(FilterBlock)
+FILTER_SECTIONS = FILTER_BLOCKS  # each block is configured by the section of its name
 
 
 def _positive(section: Any, *names: str) -> None:
@@ -121,9 +122,13 @@ class C4Config:
     filter_javascript: bool = True  # lines
     filter_curly_bracket: bool = True  # documents
     filter_policy: bool = True  # lines (cookies, terms of use, privacy policy)
+    # The characters a kept line may end in (datatrove's . ? ! " '); a language's profile gives
+    # its own (pipelines/language/profiles.py: 。！？ and CJK closing brackets for Chinese).
+    end_punctuation: str = ".?!\"'"
 
     def validate(self) -> None:
         _positive(self, "min_num_sentences", "min_words_per_line", "max_word_length")
+        check(bool(self.end_punctuation), "end_punctuation must name at least one character")
 
 
 @dataclass
@@ -214,9 +219,33 @@ class FilterConfig:
     language: LanguageConfig = field(default_factory=LanguageConfig)
     lm_quality: LmQualityConfig = field(default_factory=LmQualityConfig)
     pii: PiiConfig = field(default_factory=PiiConfig)
+    # Per-language settings over the sections above and the language's shipped profile
+    # (pipelines/language/profiles.py): {"ja": {"gopher_quality": {"min_doc_words": 30},
+    # "lm_quality": {"reference": "s3://.../ja.txt.gz"}}}. Checked against the sections' fields.
+    by_language: dict = field(default_factory=dict)
 
     def validate(self) -> None:
         check(len(set(self.blocks)) == len(self.blocks), f"blocks lists a block twice: {self.blocks}")
+        for code, sections in self.by_language.items():
+            check(isinstance(code, str) and 2 <= len(code) <= 3 and code.isalpha() and code.islower(),
+                  f"by_language: {code!r} is not an ISO 639 code (two or three lower-case letters)")
+            check(isinstance(sections, dict), f"by_language.{code}: expected a mapping of filter sections")
+            for name, values in sections.items():
+                check(name in FILTER_SECTIONS, f"by_language.{code}: unknown section {name!r}; known: "
+                                               f"{sorted(FILTER_SECTIONS)}")
+                check(isinstance(values, dict), f"by_language.{code}.{name}: expected a mapping of fields")
+                strict.from_dict(type(getattr(self, name)), {**dataclasses.asdict(getattr(self, name)), **values},
+                                 where=f"by_language.{code}.{name}")
+
+    def section(self, name: str, code: str, shipped: dict[str, dict[str, Any]]) -> Any:
+        """Section ``name`` for language ``code``: this config's, the language profile's fields
+        (``shipped``) where this config left the field at its default (a value the user or the
+        input profile set wins), then ``by_language.<code>.<name>``."""
+        base = getattr(self, name)
+        default = type(base)()
+        table = {k: v for k, v in shipped.get(name, {}).items() if getattr(base, k) == getattr(default, k)}
+        extra = {**table, **self.by_language.get(code, {}).get(name, {})}
+        return dataclasses.replace(base, **extra) if extra else base
 
 
 @dataclass
@@ -236,6 +265,9 @@ class DedupConfig:
     exact: bool = True
     near: bool = True
     ngram: int = 5  # word n-grams (shingles)
+    # Character n-grams for a document mostly in scripts written without spaces (each character
+    # a word there: pipelines/dedup/minhash.py): as discriminating as 5 words, and robust to edits.
+    spaceless_ngram: int = 3
     num_bands: int = 14
     rows_per_band: int = 8  # num_perm = bands * rows = 112; threshold ~ (1/b)^(1/r) ~ 0.72
     # An LSH candidate is linked only when the Jaccard estimated from the two signatures reaches
@@ -245,8 +277,8 @@ class DedupConfig:
     max_cc_iterations: int = 50
 
     def validate(self) -> None:
-        check(self.ngram >= 1 and self.num_bands >= 1 and self.rows_per_band >= 1,
-              "ngram, num_bands and rows_per_band must be >= 1")
+        check(self.ngram >= 1 and self.spaceless_ngram >= 1 and self.num_bands >= 1 and self.rows_per_band >= 1,
+              "ngram, spaceless_ngram, num_bands and rows_per_band must be >= 1")
         check(self.jaccard_threshold is None or 0 < self.jaccard_threshold <= 1,
               "jaccard_threshold must be in (0, 1] or null")
 
@@ -326,6 +358,10 @@ class RejectedConfig:
 class CorpusConfig:
     # Which preset ``from_dict`` starts from (pipelines.profiles): web, books or bert-format.
     profile: Literal["web", "books", "bert-format"] = "web"
+    # The languages to keep (ISO 639-1, build-corpus --language): sets filter.language.languages,
+    # and each document is filtered with its language's profile (pipelines/language/profiles.py).
+    # None: filter.language.languages as configured (English by default).
+    language: list[str] | None = None
     ingest: IngestConfig = field(default_factory=IngestConfig)
     filter: FilterConfig = field(default_factory=FilterConfig)
     decontaminate: DecontaminateConfig = field(default_factory=DecontaminateConfig)
@@ -340,10 +376,29 @@ class CorpusConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], *, where: str = "corpus config") -> CorpusConfig:
-        """Strictly load ``d`` over the preset of its ``profile`` (``pipelines.profiles``)."""
-        from pipelines.profiles import with_profile
+        """Strictly load ``d`` over the preset of its ``profile`` (``pipelines.profiles``);
+        ``language`` becomes ``filter.language.languages``."""
+        from pipelines.profiles import merge, with_profile
 
-        return strict.from_dict(cls, with_profile(d, where=where), where=where)
+        raw = with_profile(d, where=where)
+        language = raw.get("language")
+        if language is not None:
+            if not isinstance(language, list) or not language or not all(
+                    isinstance(c, str) and 2 <= len(c) <= 3 and c.isalpha() and c.islower() for c in language):
+                raise strict.ConfigError(f"{where}.language: {language!r}; expected ISO 639-1 codes such as "
+                                         '["ja"] or ["zh", "en"]')
+            filt = d.get("filter") if isinstance(d.get("filter"), dict) else {}
+            said = (filt.get("language") or {}).get("languages", language) if isinstance(filt, dict) else language
+            if not isinstance(said, list) or set(said) != set(language):
+                raise strict.ConfigError(f"{where}: language {language} contradicts filter.language.languages "
+                                         f"{said}; give the languages once (--language)")
+            raw = merge(raw, {"filter": {"language": {"languages": list(language)}}})
+        return strict.from_dict(cls, _spaceless_alphabet(raw, d), where=where)
+
+    @property
+    def languages(self) -> list[str] | None:
+        """The languages kept (None: any), whichever key said them."""
+        return self.filter.language.languages
 
     def sections(self, names: tuple[str, ...]) -> dict[str, Any]:
         """The named sections as plain dicts (what a stage's cache key covers). A trained
@@ -353,3 +408,19 @@ class CorpusConfig:
             s = getattr(self, n)
             return s.resolved() if isinstance(s, TokenizerConfig) and not s.pretrained else s
         return {n: dataclasses.asdict(section(n)) for n in names}
+
+
+def _spaceless_alphabet(raw: dict[str, Any], user: dict[str, Any]) -> dict[str, Any]:
+    """A build keeping a language written without spaces (Chinese, Japanese, Thai...) trains its
+    tokenizer on every character of the sample (``tokenizer.limit_alphabet`` null), as BERT keeps
+    every CJK character, unless the user's config sets the limit: thousands of characters, not a
+    thousand, are that text's alphabet."""
+    from pipelines.language.profiles import SPACELESS_LANGUAGES
+    from pipelines.profiles import merge
+
+    filt = raw.get("filter") if isinstance(raw.get("filter"), dict) else {}
+    languages = (filt.get("language") or {}).get("languages") if isinstance(filt.get("language"), dict) else None
+    tok = user.get("tokenizer") if isinstance(user.get("tokenizer"), dict) else {}
+    if isinstance(languages, list) and any(c in SPACELESS_LANGUAGES for c in languages) and "limit_alphabet" not in tok:
+        return merge(raw, {"tokenizer": {"limit_alphabet": None}})
+    return raw

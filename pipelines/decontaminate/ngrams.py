@@ -1,7 +1,8 @@
 """Token n-gram hashes shared by building the protected set and checking documents against it.
 
 Text is normalised before it is cut into tokens: Unicode NFKC, lower case, and only runs of
-letters and digits kept as tokens, so punctuation, spacing, quotes and line breaks never hide a
+letters and digits kept as tokens (each character of a script written without spaces a token
+of its own: ``pipelines.language.scripts.space_out``; a window is 13 characters of Chinese), so punctuation, spacing, quotes and line breaks never hide a
 match ("The cat -- sat." and "the cat sat" give the same tokens). A token's hash is the first 8
 bytes of its BLAKE2b digest (cached: a corpus's tokens repeat, so most cost a dictionary lookup);
 the hash of the window of ``n`` tokens starting at ``i`` is the polynomial
@@ -22,12 +23,15 @@ import unicodedata
 
 import numpy as np
 
+from pipelines.language.scripts import space_out
+
 TOKEN = re.compile(r"[^\W_]+")
 _P = np.uint64(0x9E3779B97F4A7C15)  # odd, and every bit pattern mixes well
 
 
 def tokens(text: str) -> list[str]:
-    return TOKEN.findall(unicodedata.normalize("NFKC", text).lower())
+    # Each character of a spaceless script (Chinese, Japanese, Thai...) is a token of its own.
+    return TOKEN.findall(space_out(unicodedata.normalize("NFKC", text).lower()))
 
 
 @functools.lru_cache(maxsize=1 << 16)  # the frequent tokens: ~13 MB per process

@@ -10,7 +10,12 @@ uses its whole word sequence as one shingle, a document with no word has no shin
 ``EMPTY`` signature (it is never anyone's near-duplicate). Words are maximal runs of bytes that are
 not ASCII whitespace or ASCII punctuation, with ASCII letters lower-cased (datatrove's "simplified
 text"): punctuation and case edits do not break a near-duplicate match, non-ASCII bytes are kept
-as they are.
+as they are. In scripts written without spaces (Chinese, Japanese, Thai...) every character is a
+word and CJK punctuation a separator (``pipelines.language.scripts.space_out``), and a document
+mostly in such scripts gets ``cfg.spaceless_ngram`` (3) character shingles: a changed character
+breaks every shingle it is in, so the fewer characters a shingle spans, the more of them a copy
+with a few characters changed keeps, and the more surely the bands find it (docs/languages.md
+measures both lengths). Text without such characters hashes exactly as it always did.
 
 Why it is fast (no Python per shingle or per word):
 
@@ -57,6 +62,7 @@ import numpy as np
 from common.hashing import fmix64
 from pipelines.dedup import minhash_numpy
 from pipelines.config import DedupConfig
+from pipelines.language.scripts import space_out, spaceless_share
 
 try:
     import numba
@@ -64,6 +70,7 @@ except ImportError:  # pragma: no cover - numba is a declared dependency; numpy 
     numba = None
 
 MERSENNE = (1 << 61) - 1
+SPACELESS_DOCUMENT = 0.5  # share of spaceless-script characters from which a text gets shorter shingles
 EMPTY = np.uint64((1 << 64) - 1)  # signature value of a document without a single word
 WORD_BASE = 0x100000001B3  # odd, so powers never collapse to 0 mod 2**64
 SHINGLE_BASE = 0x9E3779B97F4A7C15
@@ -114,8 +121,9 @@ def _concat(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
 
 
 def word_hashes(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """64-bit hash of every word of every text, in order; returns (hashes, doc index per word)."""
-    buf, doc_starts = _concat(texts)
+    """64-bit hash of every word of every text, in order; returns (hashes, doc index per word).
+    Each character of a script written without spaces is a word (``pipelines.language.scripts``)."""
+    buf, doc_starts = _concat([space_out(t) for t in texts])
     codes = BYTE_TABLE[buf]
     is_word = np.zeros(len(buf) + 1, dtype=bool)
     np.not_equal(codes, 0, out=is_word[1:])
@@ -266,10 +274,21 @@ def minhash_signatures(texts: list[str], cfg: DedupConfig,
         while hi < len(texts) and (hi == lo or size + len(texts[hi]) <= _SLICE_CHARS):
             size += len(texts[hi])
             hi += 1
-        h, docs = shingle_hashes(texts[lo:hi], cfg.ngram)
-        out[lo:hi] = signatures_from_shingles(h, docs, hi - lo, perms, backend)
+        for n, members in _by_shingle_length(texts[lo:hi], cfg).items():
+            h, docs = shingle_hashes([texts[lo + i] for i in members], n)
+            out[lo + np.asarray(members)] = signatures_from_shingles(h, docs, len(members), perms, backend)
         lo = hi
     return out
+
+
+def _by_shingle_length(texts: list[str], cfg: DedupConfig) -> dict[int, list[int]]:
+    """Document indices by shingle length: ``cfg.spaceless_ngram`` for a text mostly in scripts
+    without spaces (its words are characters there), ``cfg.ngram`` for every other."""
+    groups: dict[int, list[int]] = {}
+    for i, text in enumerate(texts):
+        n = cfg.spaceless_ngram if spaceless_share(text) >= SPACELESS_DOCUMENT else cfg.ngram
+        groups.setdefault(n, []).append(i)
+    return groups
 
 
 def band_hashes(signatures: np.ndarray, cfg: DedupConfig) -> np.ndarray:

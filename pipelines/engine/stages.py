@@ -138,13 +138,14 @@ def _ingest(run: StageRun) -> dict[str, Any]:
     from pipelines.ingest import ingest_dataset, plan_reads
 
     rc = run.cfg.rejected
-    out = parts.write_documents(ingest_dataset(run.sources, run.cfg.ingest), data=run.data,
+    tasks = plan_reads(run.sources, run.cfg.ingest)  # once: a dump's index is read to plan it
+    out = parts.write_documents(ingest_dataset(run.sources, run.cfg.ingest, tasks=tasks), data=run.data,
                                 rejected=run.rejected, prefix_chars=rc.text_prefix_chars,
                                 full_text=rc.full_text)
     # Kept documents per encoding they were decoded with: a charset fallback is never silent.
     encodings = {enc: c["kept"] for enc, c in sorted(out.get("encodings", {}).items())}
     stats = {**parts.document_stats(out["reasons"]), "files": len(run.sources.files), "encodings": encodings,
-             "read_tasks": len(plan_reads(run.sources, run.cfg.ingest))}
+             "read_tasks": len(tasks)}
     return {"stats": stats, "files": out["files"], "rejected": out["rejected"]}
 
 
@@ -175,7 +176,24 @@ def _filter(run: StageRun) -> dict[str, Any]:
         tasks = dict.fromkeys(f["task"] for f in protected.files)
         stats["decontamination"] = {**protected.record(), "removed": {t: removed.get(t, 0) for t in tasks}}
         stats["warnings"] = protected.warnings()
+    stats["warnings"] = stats.get("warnings", []) + _language_report(run, stats, out["rejected"])
     return {"stats": stats, "files": out["files"], "rejected": out["rejected"]}
+
+
+def _language_report(run: StageRun, stats: dict[str, Any], rejected: list[dict[str, Any]]) -> list[str]:
+    """Warnings for the languages met whose profile skipped blocks, and the one-line explanation
+    of a stage that kept (nearly) nothing: an error when it kept nothing at all."""
+    from pipelines.engine.drop_report import report
+    from pipelines.filters.base import references
+    from pipelines.language.profiles import language_warnings
+
+    cfg = run.cfg.filter
+    configured = {code: frozenset(sections) for code, sections in cfg.by_language.items()}
+    warnings = language_warnings(list(cfg.blocks), stats["languages"], references(cfg), configured)
+    line = report(stats, rejected=run.rejected, files=rejected, languages=cfg.language.languages)
+    if line is not None and stats["documents_out"] == 0:
+        raise ConfigError(line)
+    return warnings + ([line] if line else [])
 
 
 def _exact_dedup(run: StageRun) -> dict[str, Any]:
@@ -245,14 +263,21 @@ def filter_fingerprint(cfg: CorpusConfig) -> Any:
     out: dict[str, Any] = {}
     if cfg.decontaminate.paths:
         out["decontaminate"] = fingerprint(cfg.decontaminate.paths)
-    if "lm_quality" in cfg.filter.blocks and cfg.filter.lm_quality.reference:
-        uri = cfg.filter.lm_quality.reference
-        try:  # read and decoded here, at planning: a bad reference fails before any stage runs
-            out["lm_reference"] = sha256_bytes(reference_text(uri).encode())
-        except ValueError as exc:  # not gzip / not UTF-8: its message names the key already
-            raise ConfigError(str(exc)) from None
-        except OSError as exc:  # missing, denied, store down
-            raise ConfigError(f"filter.lm_quality.reference: {exc}") from None
+    if "lm_quality" in cfg.filter.blocks:
+        named = {"": cfg.filter.lm_quality.reference}  # "": English (None = the shipped reference)
+        named.update({code: (s.get("lm_quality") or {}).get("reference")
+                      for code, s in sorted(cfg.filter.by_language.items())})
+        for code, uri in named.items():
+            if not uri:
+                continue
+            key = "filter.lm_quality.reference" if not code else f"filter.by_language.{code}.lm_quality.reference"
+            try:  # read and decoded here, at planning: a bad reference fails before any stage runs
+                digest = sha256_bytes(reference_text(uri).encode())
+            except ValueError as exc:  # not gzip / not UTF-8: its message names the file
+                raise ConfigError(str(exc).replace("filter.lm_quality.reference", key)) from None
+            except OSError as exc:  # missing, denied, store down
+                raise ConfigError(f"{key}: {exc}") from None
+            out["lm_reference" if not code else f"lm_reference_{code}"] = digest
     return out or ""
 
 

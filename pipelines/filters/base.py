@@ -8,10 +8,17 @@ belong first. A block may also rewrite the document (C4 removes lines, PII repla
 or annotate it (the language block sets ``Doc.language``).
 
 ``Doc`` carries the text and the statistics several blocks need, computed once and only when
-asked for: the word tokens (``pipelines.filters.text.words``) serve the Gopher quality,
-Gopher repetition and FineWeb blocks. A block that rewrites the text says whether the words
-survive (C4 removing only blank lines leaves them as they were), so they are not recomputed
-for nothing.
+asked for: the word tokens serve the Gopher quality, Gopher repetition, C4 and FineWeb blocks.
+A block that rewrites the text says whether the words survive (C4 removing only blank lines
+leaves them as they were), so they are not recomputed for nothing.
+
+Languages (``pipelines.language``). Each document is filtered with its language's profile: its
+word splitter (whitespace for English and other spaced scripts, a segmenter for Japanese,
+Chinese, Thai) and the blocks built from the filter sections with that language's overrides
+(``Filters.blocks_for``; a language without calibrated thresholds runs only the
+script-independent blocks). With one configured language every document gets its profile (the
+language block drops the others); with several, or none (any language), the document's language
+is identified first, with the language block's own model and sample, once per document.
 
 ``filter_batch`` is the filter stage's map function: it normalises every row that ingestion did
 not already reject, runs the blocks, sets ``reason``/``detail`` on drops and writes the detected
@@ -40,18 +47,20 @@ class Verdict(NamedTuple):
 class Doc:
     """One document while the blocks look at it: its text, language and cached statistics."""
 
-    __slots__ = ("text", "language", "language_score", "_words")
+    __slots__ = ("text", "language", "language_score", "ranked", "split", "_words")
 
-    def __init__(self, text: str):
+    def __init__(self, text: str, split: Callable[[str], list[str]] = textstats.words):
         self.text = text
         self.language = ""  # set by the language block: the top language's code
         self.language_score = 0.0
+        self.ranked: list[tuple[str, float]] | None = None  # language ID's ranking, once computed
+        self.split = split  # the language's word splitter (pipelines.language.segmenters)
         self._words: list[str] | None = None
 
     @property
     def words(self) -> list[str]:
         if self._words is None:
-            self._words = textstats.words(self.text)
+            self._words = self.split(self.text)
         return self._words
 
     def set_text(self, text: str, *, same_words: bool = False) -> None:
@@ -79,12 +88,65 @@ def register(name: str) -> Callable[[Callable[[Any], Block]], Callable[[Any], Bl
     return wrap
 
 
-def build_blocks(cfg: FilterConfig) -> list[Block]:
-    """The blocks ``cfg.blocks`` names, in order, each built from its own section."""
-    from pipelines.filters import (c4, code, fineweb, gopher_quality, gopher_repetition, language,  # noqa: F401
-                                   lm_quality, pii)
+def build_blocks(cfg: FilterConfig, code: str = "en") -> list[Block]:
+    """The blocks ``cfg.blocks`` names that language ``code`` runs, in order, each built from its
+    section with the language's overrides (``pipelines.language.profiles``)."""
+    from pipelines.filters import (c4, code as code_block, fineweb, gopher_quality,  # noqa: F401
+                                   gopher_repetition, language, lm_quality, pii)
+    from pipelines.language.profiles import blocks_for, profile_for
 
-    return [REGISTRY[name](getattr(cfg, name)) for name in cfg.blocks]
+    profile = profile_for(code)
+    names, _ = blocks_for(profile, list(cfg.blocks), references(cfg), frozenset(cfg.by_language.get(code, {})))
+    out = []
+    for name in names:
+        section = cfg.section(name, code, profile.overrides)
+        out.append(REGISTRY[name](section, profile.splitter) if name == "lm_quality" else REGISTRY[name](section))
+    return out
+
+
+def references(cfg: FilterConfig) -> dict[str, str | None]:
+    """language -> its lm_quality reference (English: the configured one, None = shipped)."""
+    out = {code: (s.get("lm_quality") or {}).get("reference") for code, s in cfg.by_language.items()}
+    out["en"] = cfg.lm_quality.reference
+    return out
+
+
+class Filters:
+    """The blocks per language for one filter config, built on first use (module docstring)."""
+
+    def __init__(self, cfg: FilterConfig):
+        from pipelines.language.profiles import profile_for
+        from pipelines.language.segmenters import splitter
+
+        self.cfg = cfg
+        self.languages = cfg.language.languages
+        self.fixed = self.languages[0] if self.languages and len(self.languages) == 1 else None
+        self._blocks: dict[str, list[Block]] = {}
+        self._profile, self._splitter = profile_for, splitter
+
+    def language_of(self, doc: Doc) -> str:
+        """The language whose profile filters ``doc``."""
+        if self.fixed is not None:
+            return self.fixed
+        if doc.ranked is None:
+            from pipelines.filters.language import classify
+
+            doc.ranked = classify(doc.text, self.cfg.language.sample_chars)
+        return doc.ranked[0][0] if doc.ranked else "en"
+
+    def prepare(self, doc: Doc) -> list[Block]:
+        """Give ``doc`` its language's splitter; return that language's blocks (only the language
+        block, which drops it, for an identified language the build does not keep)."""
+        code = self.language_of(doc)
+        if self.fixed is None and self.languages is not None and code not in self.languages:
+            code = "\x00unwanted"
+            if code not in self._blocks:
+                self._blocks[code] = [b for b in build_blocks(self.cfg, "en") if b.name == "language"]
+            return self._blocks[code]
+        if code not in self._blocks:
+            self._blocks[code] = build_blocks(self.cfg, code)
+        doc.split = self._splitter(self._profile(code).splitter)
+        return self._blocks[code]
 
 
 def below(rule: str, measure: str, value: float, limit: float | None) -> Verdict | None:
@@ -117,16 +179,16 @@ def run_blocks(doc: Doc, blocks: list[Block]) -> Verdict | None:
     return None
 
 
-_BLOCKS_CACHE: dict[str, list[Block]] = {}
+_FILTERS_CACHE: dict[str, Filters] = {}
 
 
-def _cached_blocks(cfg: FilterConfig, version: str = "") -> list[Block]:
+def _cached_filters(cfg: FilterConfig, version: str = "") -> Filters:
     # One set of blocks per config (and filter-stage key: it covers the files the blocks read)
     # and process: building the language block loads its model.
     key = json.dumps(dataclasses.asdict(cfg), sort_keys=True) + version
-    if key not in _BLOCKS_CACHE:
-        _BLOCKS_CACHE[key] = build_blocks(cfg)
-    return _BLOCKS_CACHE[key]
+    if key not in _FILTERS_CACHE:
+        _FILTERS_CACHE[key] = Filters(cfg)
+    return _FILTERS_CACHE[key]
 
 
 def filter_batch(batch: dict[str, np.ndarray], cfg: FilterConfig, protected: Any = None,
@@ -135,7 +197,7 @@ def filter_batch(batch: dict[str, np.ndarray], cfg: FilterConfig, protected: Any
     ``protected`` (a ``ProtectedSet`` or a Ray reference to one), a document the blocks keep is
     then checked against it (``pipelines.decontaminate.check``). ``version``: the filter stage's
     key, so that blocks built for an earlier build are not reused."""
-    blocks = _cached_blocks(cfg, version)
+    filters = _cached_filters(cfg, version)
     if protected is not None:
         from pipelines.decontaminate.check import contamination, resolve
 
@@ -149,7 +211,7 @@ def filter_batch(batch: dict[str, np.ndarray], cfg: FilterConfig, protected: Any
             continue
         normalized = normalize_text(str(texts[i]), cfg)
         doc = Doc(normalized)
-        verdict = run_blocks(doc, blocks)
+        verdict = run_blocks(doc, filters.prepare(doc))
         if verdict is None and protected is not None:
             found = contamination(doc.text, protected)
             verdict = None if found is None else Verdict(*found)

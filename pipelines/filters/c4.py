@@ -45,7 +45,6 @@ from pipelines.filters.text import CLOSERS, sentence_count
 
 _P = "filter:c4:"
 _CITATION = re.compile(r"\[\d*]|\[edit]|\[citation needed]")
-_END_PUNCTUATION = (".", "?", "!", '"', "'")
 _POLICY = ("terms of use", "privacy policy", "cookie policy", "uses cookies", "use of cookies", "use cookies")
 
 
@@ -54,13 +53,15 @@ class C4:
 
     def __init__(self, cfg: C4Config):
         self.cfg = cfg
+        self.ends = tuple(cfg.end_punctuation)  # a line ends in one of these
+        self.marks = tuple(c for c in cfg.end_punctuation if c not in "\"'")  # the same before closers
 
     def _terminal(self, line: str) -> bool:
         if line.endswith("..."):
             return False
-        if line.endswith(_END_PUNCTUATION):
+        if line.endswith(self.ends):
             return True
-        return self.cfg.allow_closing_quotes and line.rstrip(CLOSERS).endswith((".", "?", "!"))
+        return self.cfg.allow_closing_quotes and line.rstrip(CLOSERS).endswith(self.marks)
 
     def __call__(self, doc: Doc) -> Verdict | None:
         cfg = self.cfg
@@ -72,15 +73,16 @@ class C4:
             line = raw.strip()
             if not line:
                 continue  # a blank line: removed (no terminal punctuation) without changing a word
-            words = line.split()
-            if max_len is not None and max(map(len, words)) > max_len:
-                changed = True
-                continue
+            original = line
             if cfg.remove_citations and "[" in line:
                 cut = _CITATION.sub("", line)
                 changed |= cut != line
                 line = cut
             if cfg.filter_no_terminal_punct and not self._terminal(line):
+                changed = True  # the cheap test first: a segmenter's words are only needed after it
+                continue
+            words = doc.split(original)  # counted before the citations went, as datatrove does
+            if not words or (max_len is not None and max(map(len, words)) > max_len):
                 changed = True
                 continue
             if min_words is not None and len(words) < min_words:

@@ -136,8 +136,11 @@ def _kernel(s, V, tri_keys, tri_table, tri_bits, tri_counts, ctx_keys, ctx_table
 class KneserNey:
     """A trigram model built from ``documents`` (see the module docstring)."""
 
-    def __init__(self, documents: Iterable[str], *, min_count: int = 2):
-        split = [tokens(d) for d in documents]
+    def __init__(self, documents: Iterable[str], *, min_count: int = 2, tokenize=None):
+        # ``tokenize``: text -> tokens; None: ``tokens`` (the module's regex). A language whose
+        # words are not letter runs between spaces gives its segmenter's words here.
+        self.tokenize = tokenize or tokens
+        split = [self.tokenize(d) for d in documents]
         counts = Counter(t for doc in split for t in doc)
         words = sorted(w for w, c in counts.items() if c >= min_count)
         if len(words) + 2 >= _MAX_VOCAB:
@@ -184,7 +187,7 @@ class KneserNey:
 
     def score(self, text: str, max_tokens: int | None = None) -> Score:
         """Perplexity, context gain and unknown share of ``text`` (its first ``max_tokens`` tokens)."""
-        toks = tokens(text)
+        toks = self.tokenize(text)
         if max_tokens is not None:
             toks = toks[:max_tokens]
         if not toks:

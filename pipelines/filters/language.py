@@ -127,7 +127,8 @@ class Language:
             raise ValueError(f"filter.language.languages: py3langid does not know {sorted(unknown)}")
 
     def __call__(self, doc: Doc) -> Verdict | None:
-        ranked = classify(doc.text, self.cfg.sample_chars)
+        # Identified already when the document's language chose its profile (several languages)
+        ranked = doc.ranked if doc.ranked is not None else classify(doc.text, self.cfg.sample_chars)
         top, score = ranked[0]
         doc.language, doc.language_score = top, score
         limit = self.cfg.min_score

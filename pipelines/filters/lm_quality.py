@@ -74,28 +74,43 @@ def reference_documents(text: str) -> list[str]:
     return [d for d in text.replace("\r\n", "\n").split("\n\n") if d.strip()]
 
 
-def model(uri: str | None, min_count: int) -> KneserNey:
+def model(uri: str | None, min_count: int, splitter: str = "") -> KneserNey:
     """The model of reference ``uri``, built once per process and reference content (the shipped
-    one is kept apart, so that named references never evict it)."""
+    one is kept apart, so that named references never evict it). ``splitter``: the language's word
+    splitter (``pipelines.language.segmenters``) when its words are not runs of letters between
+    spaces; "" for the module's English tokens."""
     if uri is None:
         return _shipped(min_count)
-    return _named(reference_text(uri), min_count)
+    # one model per reference and tokenisation: the splitters that keep English's tokens share it
+    return _named(reference_text(uri), min_count, splitter if tokenizer(splitter) is not None else "")
 
 
-def _build(text: str, min_count: int) -> KneserNey:
-    return KneserNey(reference_documents(text), min_count=min_count)
+def tokenizer(splitter: str):
+    """Tokens for a language's model: its splitter's words, lower-cased, as the English regex
+    cuts them (letters, digits, sentence marks); None for the English tokens."""
+    if not splitter or splitter in ("whitespace", "characters"):
+        return None
+    from pipelines.filters.kneser_ney import tokens
+    from pipelines.language.segmenters import splitter as named
+
+    split = named(splitter)
+    return lambda text: tokens(" ".join(split(text)))
+
+
+def _build(text: str, min_count: int, splitter: str = "") -> KneserNey:
+    return KneserNey(reference_documents(text), min_count=min_count, tokenize=tokenizer(splitter))
 
 
 _shipped = functools.cache(lambda min_count: _build(reference_text(None), min_count))
-_named = functools.lru_cache(maxsize=2)(_build)  # cached by the text itself, not its location
+_named = functools.lru_cache(maxsize=4)(_build)  # cached by the text itself, not its location
 
 
 class LmQuality:
     name = "lm_quality"
 
-    def __init__(self, cfg: LmQualityConfig):
+    def __init__(self, cfg: LmQualityConfig, splitter: str = ""):
         self.cfg = cfg
-        self.model = model(cfg.reference, cfg.min_count)
+        self.model = model(cfg.reference, cfg.min_count, splitter)
 
     def __call__(self, doc: Doc) -> Verdict | None:
         cfg = self.cfg
@@ -112,5 +127,5 @@ class LmQuality:
 
 
 @register("lm_quality")
-def build(cfg: LmQualityConfig) -> LmQuality:
-    return LmQuality(cfg)
+def build(cfg: LmQualityConfig, splitter: str = "") -> LmQuality:
+    return LmQuality(cfg, splitter)

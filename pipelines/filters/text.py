@@ -14,7 +14,8 @@ for the word count and the mean word length, but stays a token for the ratios, a
 
 ``sentence_count`` stands in for punkt's sentence splitter in C4's minimum-sentence rule: a
 sentence ends at a run of terminal marks (optionally followed by closing quotes or brackets)
-that is followed by a space or the end of the line; a line always holds at least one sentence.
+that is followed by a space or the end of the line, or at a CJK full stop (。！？), after which
+those scripts put no space; a line always holds at least one sentence.
 It does not know abbreviations ("Mr. Smith" counts two), which errs on the side of keeping.
 
 ``TERMINAL_PUNCTUATION`` holds the sentence-final marks of the common scripts (Latin, CJK,
@@ -35,12 +36,17 @@ TERMINAL_PUNCTUATION = frozenset(
     "\u203c\u203d\u2047\u2048\u2049\u2e2e\u0700\u0701\u0702\u07f9\u0df4")
 # Closing quotes and brackets that may follow a sentence's terminal mark.
 CLOSERS = "\"'\u201d\u2019\u00bb\u203a)]"
+# CJK full stops end a sentence wherever they stand (the scripts put no space after them); the
+# others only before a space or the end of the line ("3.14", "e.g.x" do not end one).
+_CJK_STOPS = "\u3002\uff01\uff1f\uff61\uff0e"
 _SENTENCE_END = re.compile(
-    "[" + re.escape("".join(sorted(TERMINAL_PUNCTUATION))) + "\u2026]+[\"'\u201d\u2019)\\]]*(?=\\s|$)")
+    "[" + _CJK_STOPS + "]+[\"'\u201d\u2019)\\]\u300d\u300f\uff09]*|"
+    "[" + re.escape("".join(sorted(TERMINAL_PUNCTUATION - set(_CJK_STOPS)))) + "\u2026]+[\"'\u201d\u2019)\\]]*(?=\\s|$)")
 
 
 def words(text: str) -> list[str]:
-    """The words of ``text``, in order (see the module docstring)."""
+    """The words of ``text``, in order (see the module docstring): English's splitter; other
+    languages' are in ``pipelines.language.segmenters``."""
     return text.split()
 
 

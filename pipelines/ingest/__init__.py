@@ -3,7 +3,8 @@
 ``sources`` resolves what the user named into files with stable names and listed sizes;
 ``documents`` reads one file (or a byte range of it) into rows, through the format readers beside
 it (``streams``, ``text_stream``, ``splitters``, ``json_array``, ``warc``, ``parquet``,
-``seekable``, ``encodings``); ``members``, ``integrity`` and ``spill`` check compressed input in
+``seekable``, ``encodings``; Wikipedia dumps: ``mediawiki``, ``multistream``, ``wikitext``,
+``wikinames``); ``members``, ``integrity`` and ``spill`` check compressed input in
 the one pass that reads it, and ``listed`` holds every read to the listed size; ``dataset`` plans
 the read tasks and runs them on Ray Data.
 """

@@ -18,6 +18,17 @@ before any work starts. Formats by extension (after an optional ``.gz``/``.bz2``
 * Parquet (``.parquet``, ``.pq``): column ``IngestConfig.parquet_column``, read one row group at a
   time. Parquet needs random access, so a compressed Parquet file is first decompressed to a
   temporary file (disk, not memory).
+* MediaWiki export XML, i.e. Wikipedia dumps (``mediawiki``): a name with ``pages-articles`` or
+  ``pages-meta`` ending in ``.xml`` (``enwiki-…-pages-articles-multistream.xml.bz2``), or any
+  ``.xml`` whose first bytes show a ``<mediawiki`` root (other ``.xml`` files are plain text). One
+  document per article (namespace 0, not a redirect): the title, a blank line, and the prose of its
+  wikitext (``wikitext``: templates, tables, references, files, categories and end matter dropped;
+  one paragraph, heading or list item per line, blank lines between), ``url`` the article's URL,
+  id ``"{name}:page{ID}"`` (the page id, whatever the split). Redirects and other namespaces are one
+  row each (``ingest:mediawiki_redirect``, ``ingest:mediawiki_namespace``), a page that is not
+  well-formed is ``ingest:bad_mediawiki`` and reading goes on. A bz2 dump is read stream by stream:
+  a damaged stream costs only its pages, and a multistream dump listed with its
+  ``-index.txt.bz2`` is split at its streams (``mediawiki``, ``multistream``).
 
 Everything but Parquet is streamed (``streams.stream_rows``): memory per file is bounded by
 ``max_document_bytes`` plus one read chunk, whatever the file size. Lines end at ``\\n``,
@@ -65,6 +76,8 @@ import numpy as np
 
 from common.hashing import stable_uid
 from pipelines.config import IngestConfig
+from pipelines.ingest.mediawiki import is_dump_name
+from pipelines.ingest.multistream import bz2_rows
 from pipelines.ingest.parquet import parquet_rows
 from pipelines.ingest.seekable import seekable_rows
 from pipelines.ingest.splitters import Row
@@ -76,6 +89,7 @@ TEXT_MODES = ("file", "blank_line", "line")
 JSONL_SUFFIXES = (".jsonl", ".ndjson")
 JSON_SUFFIXES = (".json",)
 PARQUET_SUFFIXES = (".parquet", ".pq")
+XML_SUFFIXES = (".xml",)
 # Document row columns; ``encoding`` (how a kept document was decoded) is counted into the ingest
 # stage's statistics and not written (``parts.write_documents``).
 COLUMNS = ("id", "uid", "text", "reason", "detail", "url", "encoding")
@@ -137,10 +151,14 @@ def iter_rows(path: str, cfg: IngestConfig, *, start: int = 0, end: int | None =
     compression, base_name = compression_of(path)
     kind = file_kind(base_name)
     whole = start == 0 and end is None
-    if not whole and not splittable(path, cfg):
-        raise ValueError(f"{path}: byte ranges need uncompressed Parquet, or text or JSONL uncompressed or "
-                         f"zstd (not {kind}, compression {compression}, text_mode {cfg.text_mode})")
-    if kind == "parquet":
+    dump = kind == "mediawiki" and compression == "bz2"  # ranges: bz2 streams (``multistream``)
+    if not whole and not (dump or splittable(path, cfg)):
+        raise ValueError(f"{path}: byte ranges need uncompressed Parquet, text or JSONL uncompressed or "
+                         f"zstd, or a bz2 MediaWiki dump (not {kind}, compression {compression}, "
+                         f"text_mode {cfg.text_mode})")
+    if dump:
+        rows = bz2_rows(path, cfg=cfg, start=start, end=end, name=name, size=size)
+    elif kind == "parquet":
         rows = (Row(*r, encoding="utf-8" if not r[2] else "")  # Parquet strings are UTF-8
                 for r in parquet_rows(path, compression=compression, column=cfg.parquet_column,
                                       max_document_bytes=cfg.max_document_bytes, name=name, start=start,
@@ -159,9 +177,14 @@ def iter_rows(path: str, cfg: IngestConfig, *, start: int = 0, end: int | None =
 
 
 def file_kind(name: str) -> str:
-    """``text``, ``jsonl``, ``json``, ``warc`` or ``parquet`` from a file name without its
+    """``text``, ``jsonl``, ``json``, ``warc``, ``parquet``, ``mediawiki`` (a Wikipedia dump's
+    name) or ``xml`` (MediaWiki or text by its first bytes) from a file name without its
     compression suffix."""
     lower = name.lower()
+    if is_dump_name(name):
+        return "mediawiki"
+    if lower.endswith(XML_SUFFIXES):
+        return "xml"
     for kind, suffixes in (("parquet", PARQUET_SUFFIXES), ("jsonl", JSONL_SUFFIXES), ("json", JSON_SUFFIXES),
                            ("warc", WARC_SUFFIXES)):
         if lower.endswith(suffixes):
@@ -170,10 +193,11 @@ def file_kind(name: str) -> str:
 
 
 def splittable(path: str, cfg: IngestConfig) -> bool:
-    """Whether a file can be read as several byte-range tasks: uncompressed Parquet (by row
-    group), and text (not ``text_mode=file``) or JSONL uncompressed (by line) or zstd (by frame,
-    when the file has a seek table; without one the range at 0 reads it all). gzip and bz2
-    members cannot be found without decompressing what comes before them."""
+    """Whether a file can be read as several byte-range tasks of any size: uncompressed Parquet (by
+    row group), and text (not ``text_mode=file``) or JSONL uncompressed (by line) or zstd (by
+    frame, when the file has a seek table; without one the range at 0 reads it all). gzip and bz2
+    members cannot be found without decompressing what comes before them (a multistream MediaWiki
+    dump is split at the stream starts its index gives: ``multistream``, ``dataset.plan_reads``)."""
     compression, name = compression_of(path)
     kind = file_kind(name)
     if kind == "parquet":

@@ -55,12 +55,13 @@ PENDING_BYTES = 64 << 20
 
 
 def released(name: str, rows: Iterator[Row], source, members: MemberStream | None,
-             limit: Callable[[], int | None], partial: Callable[[], tuple[int, bytes, int]], *,
+             limit: Callable[[], int | None], partial: Callable[[], tuple[int | str, bytes, int]], *,
              keep_truncated: bool) -> Iterator[Row]:
     """``rows`` in order, each released once the stream is verified past ``source.row_end`` (its
     end, read right after the row comes out). ``limit()`` is the verified offset in the offsets
     documents are split in; ``partial()`` the document in progress when the stream fails
-    (``(start, prefix, good end)``). ``members`` is None for an uncompressed file: nothing to wait for.
+    (``(start, prefix, good end)``; ``start`` is the id's suffix: an offset, or ``mediawiki``'s
+    page id). ``members`` is None for an uncompressed file: nothing to wait for.
     """
     if members is None:
         yield from rows

@@ -24,6 +24,10 @@ read gathers steps up to the size asked for, within one member; when a step fail
 gathered is returned first and the error raised by the next read, so the documents decoded
 before the damage reach the splitter and are quarantined one by one (``integrity``).
 
+``member_start`` is the compressed offset (from where reading began) of the member being read, or
+of the one that failed: a reader of bz2 streams that knows the next one starts after it can look
+for it there (``multistream``).
+
 ``limit`` bounds the compressed bytes read (a seekable zstd file's frames, not its seek table),
 ``offset`` is the decompressed offset of the first member read (a frame in the middle), ``first``
 its number, and ``ends`` where the members must end by the seek table: a frame that decompresses
@@ -70,6 +74,9 @@ class MemberStream:
         self._first = first  # the number of the first member read, for messages (1: the file's first)
         self._ends = ends  # where each member must end (a seek table's promise), if known
         self.failure = ""  # why the stream ended early ("" while it has not)
+        self.truncated = False  # it ended early because the input ended inside a member
+        self.member_start = 0  # compressed offset (from where reading began) of the current member's first byte
+        self._taken = 0  # compressed bytes read from ``raw``
         self._d = None  # the current member's decompressor; None between members
         self._pending = b""  # compressed input read but not yet fed
         self._more = False  # the decompressor may hold output without more input
@@ -134,6 +141,7 @@ class MemberStream:
             return b""
         n = self._read_size if self._left is None else min(self._read_size, self._left)
         data = self._raw.read(n) if n > 0 else b""  # raw errors propagate: they are not damage
+        self._taken += len(data)
         if self._left is not None:
             self._left -= len(data)
         if not data:
@@ -150,6 +158,7 @@ class MemberStream:
             if not data:
                 self.ended = self._eof
                 return
+            self.member_start = self._taken - len(data)
             self._d = zlib.decompressobj(31) if self.compression == "gzip" else (
                 bz2.BZ2Decompressor() if self.compression == "bz2" else self._zstd.decompressobj())
         elif self._more:
@@ -185,5 +194,5 @@ class MemberStream:
         return out
 
     def _fail(self, message: str, *, truncated: bool = False, cause: BaseException | None = None):
-        self.failure, self.ended, self._d = message, True, None
+        self.failure, self.ended, self._d, self.truncated = message, True, None, truncated
         raise DamagedStream(message, truncated=truncated) from cause

@@ -8,8 +8,10 @@ file. ``split_stream`` reads the first chunk and sniffs it:
   (``encodings.Transcoder``) and split like any UTF-8 file;
 * a ``.json`` file whose first non-space byte is ``[``: a JSON array, split into records by
   ``json_array.elements``; any other ``.json`` file is JSON Lines;
-* WARC/WET files go to ``warc.WarcReader``; text and JSON Lines to ``text_stream.LineReader``
-  and a splitter (``splitters``).
+* WARC/WET files go to ``warc.WarcReader``, MediaWiki exports to ``mediawiki.PageReader`` (an
+  ``.xml`` file is one when its first bytes show a ``<mediawiki`` root, else plain text); text and
+  JSON Lines to ``text_stream.LineReader`` and a splitter (``splitters``). A bz2 MediaWiki dump
+  is read by ``multistream`` instead (stream by stream).
 
 A range reader enters the stream at an ``Entry``: its first line is skipped when the entry point
 falls inside a line (that line belongs to the document before), and in ``blank_line`` mode a line
@@ -32,6 +34,7 @@ from pipelines.ingest.encodings import Transcoder, bom_codec
 from pipelines.ingest.integrity import released
 from pipelines.ingest.json_array import elements, starts_array
 from pipelines.ingest.listed import ListedFile, read_exact
+from pipelines.ingest.mediawiki import PageReader, is_mediawiki
 from pipelines.ingest.members import DamagedStream, MemberStream
 from pipelines.ingest.splitters import Decoding, JsonlSplitter, Row, TextSplitter
 from pipelines.ingest.text_stream import CHUNK, LineReader, first_line_start, previous_line_blank, read_some
@@ -102,6 +105,12 @@ def split_stream(stream, kind: str, *, cfg: IngestConfig, name: str, end: int | 
     how = Decoding.of(cfg)._replace(label=codec or "")
     limit = _limit(members, transcoder)
     keep = cfg.keep_truncated_member
+    if kind == "xml":
+        kind = "mediawiki" if is_mediawiki(head) else "text"
+    if kind == "mediawiki":
+        pages = PageReader(name, max_document_bytes=cfg.max_document_bytes)
+        yield from released(name, pages.rows(stream, head), pages, members, limit, pages.partial, keep_truncated=keep)
+        return
     if kind == "warc":
         warc = WarcReader(name, max_document_bytes=cfg.max_document_bytes, how=how)
         yield from released(name, warc.rows(stream, head), warc, members, limit,

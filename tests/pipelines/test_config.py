@@ -72,7 +72,7 @@ def test_numbers_json_writes_as_floats_and_nulls():
     ({"shard": {"chunk_tokens": 0}}, r"corpus config\.shard: .*chunk_tokens must be positive"),
     ({"tokenizer": {"vocab_size": 5}}, r"corpus config\.tokenizer: vocab_size must exceed"),
     ({"ingest": {"batch_size": 0}}, r"corpus config\.ingest: batch_size must be >= 1"),
-    ({"dedup": {"rows_per_band": 0}}, r"corpus config\.dedup: ngram, num_bands"),
+    ({"dedup": {"rows_per_band": 0}}, r"corpus config\.dedup: ngram, spaceless_ngram, num_bands"),
 ])
 def test_ranges_are_checked_at_load_time(raw, match):
     with pytest.raises(ConfigError, match=match):

@@ -1,0 +1,102 @@
+"""Why a filter stage kept (nearly) nothing, in one line, with the likely cause and the fix.
+
+A build whose filters drop every document used to fail three stages later, in the tokenizer,
+with "no text to train on", naming neither the block nor the language. The usual causes are
+two: the text is not in the languages kept (``filter.language.languages``, English by default),
+or the word-count rules of one language are applied to text of another (English stop words on
+Russian, English word lengths on Japanese before the language block has run). So, when the filter
+stage keeps fewer than ``NEARLY`` of its documents:
+
+- the line names the drop reasons with their counts (the first block that dropped a document
+  decides its reason), and the languages of the dropped documents: a sample of up to ``SAMPLE``
+  of them from the quarantine (``rejected/``), identified with the language block's model (the
+  documents dropped before the language block was reached were never identified);
+- the cause and the fix are chosen from the top reason and the sampled languages: a language
+  that is not kept -> ``--language`` for it; a word rule dropping text of a language that is not
+  the one the build filters for -> ``--language`` too; otherwise the rule to relax.
+
+With nothing kept the stage fails with the line (the CLI prints it as its one-line error);
+with a few kept it becomes a manifest warning. Only this path reads the quarantine: a build that
+keeps its documents pays nothing.
+"""
+from __future__ import annotations
+
+import io
+import json
+from collections import Counter
+from typing import Any
+
+from common import storage
+
+NEARLY = 0.05  # keeping fewer than this share of the documents is "nearly everything dropped"
+SAMPLE = 200  # dropped documents whose language is identified for the message
+MAX_FILES = 8  # quarantine parts read at most for that sample
+_WORD_BLOCKS = ("gopher_quality", "gopher_repetition", "c4", "fineweb", "lm_quality")
+
+
+def sampled_languages(rejected: str, files: list[dict[str, Any]], *, sample: int = SAMPLE,
+                      chars: int | None = 2000) -> Counter:
+    """Languages of up to ``sample`` dropped documents (their quarantined text prefix)."""
+    import zstandard
+
+    from pipelines.filters.language import classify
+
+    out: Counter = Counter()
+    for f in files[:MAX_FILES]:
+        data = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(storage.read_bytes(storage.join(rejected,
+                                                                                                    f["name"]))))
+        for line in io.TextIOWrapper(data, encoding="utf-8"):
+            text = json.loads(line).get("text") or ""
+            if text.strip():
+                out[classify(text, chars)[0][0]] += 1
+                if sum(out.values()) >= sample:
+                    return out
+    return out
+
+
+def explain(stats: dict[str, Any], languages: list[str] | None, sampled: Counter) -> str:
+    """The one line (module docstring) for a filter stage's ``stats``."""
+    n_in, n_out = stats["documents_in"], stats["documents_out"]
+    reasons = sorted(stats["dropped"].items(), key=lambda kv: (-kv[1], kv[0]))
+    shown = ", ".join(f"{r.removeprefix('filter:')} {n}" for r, n in reasons[:4])
+    seen = [code for code, n in sampled.most_common() if n >= 0.2 * sum(sampled.values())] or \
+        [code for code, _ in sampled.most_common(1)]
+    langs = ", ".join(f"{code} {n}" for code, n in sampled.most_common(5))
+    kept = "any language" if languages is None else "/".join(languages)
+    top = reasons[0][0] if reasons else ""
+    block = top.removeprefix("filter:").split(":")[0]
+    fix_lang = " ".join(f"--language {code}" for code in seen) or "--language CODE (the text's language)"
+    foreign = [code for code in seen if languages is not None and code not in languages]
+    if top == "filter:language:languages" or (foreign and block in _WORD_BLOCKS):
+        cause = (f"the documents are in {'/'.join(seen)}, and the build keeps {kept}"
+                 + (f", filtering them with {kept} word rules" if block in _WORD_BLOCKS else ""))
+        fix = f"build with {fix_lang}"
+    elif top.startswith("decontaminate:"):
+        cause = f"the documents share 13-token windows with the {top.split(':', 1)[1]} evaluation files"
+        fix = "check that the sources are not the evaluation sets themselves, or drop --decontaminate"
+    elif top == "filter:empty":
+        cause = "the documents are empty after normalisation or after the line rules removed every line"
+        fix = "check the sources and ingest.text_mode, or remove c4 from filter.blocks"
+    elif top == "filter:language:min_score":
+        cause = "language identification is not confident on these documents (short, mixed or unusual text)"
+        fix = "lower filter.language.min_score or raise filter.language.sample_chars"
+    elif top:
+        rule = top.removeprefix("filter:").replace(":", ".")
+        cause = f"the rule {rule} drops nearly all {'/'.join(seen) or kept} text of this kind"
+        where = f"filter.by_language.{seen[0]}." if seen else "filter."
+        fix = (f"relax {where}{block}.{top.split(':')[-1]}, or remove {block} from filter.blocks "
+               "(e.g. --profile books for whole books)")
+    else:
+        cause, fix = "every document was empty after normalisation", "check the sources and ingest.text_mode"
+    return (f"filter kept {n_out} of {n_in} documents; dropped by {shown or 'nothing'}; dropped documents' "
+            f"languages ({sum(sampled.values())} sampled): {langs or 'none identified'}; likely cause: {cause}; "
+            f"fix: {fix}")
+
+
+def report(stats: dict[str, Any], *, rejected: str, files: list[dict[str, Any]],
+           languages: list[str] | None) -> str | None:
+    """The line when fewer than ``NEARLY`` of the documents were kept, else None."""
+    n_in, n_out = stats["documents_in"], stats["documents_out"]
+    if n_in == 0 or n_out >= NEARLY * n_in:
+        return None
+    return explain(stats, languages, sampled_languages(rejected, files))
