@@ -61,6 +61,11 @@ class DistInfo:
     local_rank: int
 
 
+# A one-rank group's store port is picked free and bound a moment later by torch; another process
+# (parallel runs on one machine) can take it in between: try a new one that many times.
+PORT_ATTEMPTS = 5
+
+
 def free_port() -> int:
     """A loopback port free at the time of the call (the OS picks it)."""
     with socket.socket() as s:
@@ -72,7 +77,8 @@ def init_distributed() -> DistInfo:
     """Join the launcher's process group, or make a one-rank group when run without one."""
     import deepspeed
 
-    if "RANK" not in os.environ:
+    own = "RANK" not in os.environ  # no launcher: this process makes its own one-rank group
+    if own:
         os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
                           MASTER_PORT=str(free_port()))
     if torch.cuda.is_available():
@@ -81,7 +87,14 @@ def init_distributed() -> DistInfo:
         skip_shm_op()
     else:
         build_shm_op_safely()
-    deepspeed.init_distributed()
+    for attempt in range(PORT_ATTEMPTS if own else 1):
+        try:
+            deepspeed.init_distributed()
+            break
+        except Exception as exc:  # DistNetworkError: the port was free when picked, taken since
+            if not own or "EADDRINUSE" not in str(exc) or attempt == PORT_ATTEMPTS - 1:
+                raise
+            os.environ["MASTER_PORT"] = str(free_port())
     info = DistInfo(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", 0)))
     if not torch.cuda.is_available() and info.world_size > 1:
         unlink_shm_segment(info.rank)

@@ -74,3 +74,31 @@ def test_two_cpu_ranks_leave_no_shared_memory_segment_behind(tmp_path):
         assert "sum [3.0, 3.0, 3.0, 3.0]" in out
     left = [SHM_SEGMENT.format(uid=os.getuid(), addr="127.0.0.1", port=port, rank=r) for r in range(2)]
     assert not [name for name in left if os.path.exists(name)]
+
+
+def test_a_one_rank_group_takes_another_port_when_its_own_was_taken(monkeypatch):
+    """The port a one-process run picks is free when picked; another process can bind it before
+    torch's store does (parallel runs, seen in CI): the start tries a new one instead of failing."""
+    import socket
+
+    from electra import distributed as D
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen(1)
+    busy = taken.getsockname()[1]
+    ports = iter([busy])
+    real = D.free_port
+    monkeypatch.setattr(D, "free_port", lambda: next(ports, None) or real())
+    saved = dict(os.environ)
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        os.environ.pop(key, None)
+    try:
+        info = D.init_distributed()
+        assert (info.rank, info.world_size) == (0, 1)
+        assert int(os.environ["MASTER_PORT"]) != busy  # the second pick
+    finally:
+        D.shutdown()
+        taken.close()
+        os.environ.clear()
+        os.environ.update(saved)
