@@ -1,4 +1,4 @@
-"""GLUE fine-tuning throughput: ours (``electra.finetune.loop``) vs ``transformers``, one run.
+"""GLUE fine-tuning throughput: ours (``evaluation.loop``) vs ``transformers``, one run.
 
 Same examples, same weights, same recipe on every side:
 
@@ -45,12 +45,12 @@ import numpy as np
 import torch
 
 from electra.config import load_config
-from electra.finetune import glue_tasks
-from electra.finetune.finetune import encode_pairs, load_model
-from electra.finetune.heads import SequenceHead, sequence_loss
-from electra.finetune.loop import (load_tokenizer, lr_multiplier, pad_batch, predict,
+from evaluation import glue_tasks
+from evaluation.finetune import encode_pairs, load_model
+from evaluation.heads import SequenceHead, sequence_loss
+from evaluation.loop import (load_tokenizer, lr_multiplier, pad_batch, predict,
                                    resolve_device, resolve_precision, train)
-from electra.finetune.recipe import recipe_for_size
+from evaluation.recipe import recipe_for_size
 from electra.hardware import cpu_features, cpu_kind
 from electra.hf_export import export_hf
 from electra.model import ElectraForPretraining

@@ -90,7 +90,7 @@ tests() {
     "tests/electra/test_model_unpad.py::test_cuda_unpadded_matches_padded" \
     "tests/electra/test_model_unpad.py::test_cuda_varlen_flash_equals_attention_row_by_row" \
     "tests/electra/test_objective.py::test_masking_and_sampling_never_wait_for_the_host" \
-    "tests/electra/finetune/test_finetune.py::test_same_code_on_cuda" \
+    "tests/evaluation/test_finetune.py::test_same_code_on_cuda" \
     "tests/electra/test_train.py::test_precision_fallback_only_off_gpu" > "$OUT/tests.log" 2>&1
   echo "exit $?"; grep -E "^(FAILED|ERROR|E  )" "$OUT/tests.log" | head -n 20; tail -n 12 "$OUT/tests.log"
 }

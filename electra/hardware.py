@@ -1,7 +1,7 @@
 """What this machine's processor can do: native bf16 or not, and the label measurements carry.
 
 Pre-training (``electra.distributed.effective_precision``) and fine-tuning
-(``electra.finetune.loop.resolve_precision``) both pick bf16 on a CPU only where it has native
+(``evaluation.loop.resolve_precision``) both pick bf16 on a CPU only where it has native
 bf16 matrix units, AMX or AVX512-BF16; without them bf16 matmuls run through slow fallbacks
 (README: Figures, the cost measured on AVX2-only machines), so fp32 is both faster and more
 exact. One answer for both, from torch's own CPU probes (the kernels torch will dispatch to)

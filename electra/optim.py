@@ -109,7 +109,7 @@ def uses_weight_decay(param: torch.Tensor) -> bool:
     """The original's exclusion rule: only >= 2-D tensors decay (biases and LayerNorm are 1-D).
 
     The one copy of the rule, shared by pre-training (``parameter_groups``) and fine-tuning
-    (``electra.finetune.recipe.param_groups``)."""
+    (``evaluation.recipe.param_groups``)."""
     return param.ndim >= 2
 
 

@@ -2,7 +2,7 @@
 
     python -m flows.evaluate --checkpoint RUN [--tasks CoLA,MRPC] [--glue-dir DIR] [--seeds N]
 
-The flow only orders the evaluation runner's phases (``electra.finetune.evaluation_runner``,
+The flow only orders the evaluation runner's phases (``evaluation.evaluation_runner``,
 where the folder layout, resume, merging, failure isolation and the checkpoint hand-off live):
 ``check`` (already evaluated, or the checkpoint gone: returned at once), the folder's lease,
 ``claim`` (a pinned checkpoint), one evaluation slot, ``resolve``, ``plan``, every unit as a
@@ -36,9 +36,9 @@ from prefect.cache_policies import NO_CACHE
 from prefect.task_runners import ProcessPoolTaskRunner, ThreadPoolTaskRunner
 
 from common.lease import LeaseHeld, LeaseInfo
-from electra.finetune import eval_layout, report
-from electra.finetune.evaluation_job import DEFAULT_TASKS, GLUE_DIR_ENV, SQUAD_DIR_ENV, EvaluationJob
-from electra.finetune.evaluation_runner import (EvaluationConflict, EvaluationFailed,  # noqa: F401
+from evaluation import eval_layout, report
+from evaluation.evaluation_job import DEFAULT_TASKS, GLUE_DIR_ENV, SQUAD_DIR_ENV, EvaluationJob
+from evaluation.evaluation_runner import (EvaluationConflict, EvaluationFailed,  # noqa: F401
                                                 EvaluationRunner, Unit, UnitContext, run_unit)
 
 EVAL_LIMIT = "electra-evaluate"  # the global concurrency limit every evaluation takes a slot of
@@ -220,8 +220,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     from common.config import ConfigError
-    from electra.finetune.glue_tasks import GlueDataError
-    from electra.finetune.sources import CheckpointError
+    from evaluation.glue_tasks import GlueDataError
+    from evaluation.sources import CheckpointError
 
     args = build_parser().parse_args(argv)
     values = dict(checkpoint=args.checkpoint, out=args.out, glue_dir=args.glue_dir,
@@ -257,11 +257,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _log_to_console() -> None:
-    """Progress of the fine-tuning (``electra.finetune``: per task and seed, step, loss, ETA) on
+    """Progress of the fine-tuning (``evaluation``: per task and seed, step, loss, ETA) on
     the terminal: Prefect's console handler prints it once the level lets it through."""
     import logging
 
-    logging.getLogger("electra.finetune").setLevel(logging.INFO)
+    logging.getLogger("evaluation").setLevel(logging.INFO)
 
 
 if __name__ == "__main__":

@@ -38,9 +38,9 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from common.lease import Lease
 from electra import eval_handoff as handoff
 from electra import run_layout as layout
-from electra.finetune import eval_layout
-from electra.finetune.evaluation_runner import EvaluationConflict
-from electra.finetune.sources import CheckpointError
+from evaluation import eval_layout
+from evaluation.evaluation_runner import EvaluationConflict
+from evaluation.sources import CheckpointError
 from flows.evaluate import _flow_run_finished, add_common_args, evaluate, recipe_overrides
 
 

@@ -10,7 +10,7 @@ PORT="${PREFECT_PORT:-4200}"
 export PREFECT_API_URL="http://127.0.0.1:${PORT}/api"
 PREFECT=.venv/bin/prefect
 
-# The evaluate deployments read their data from here (electra/finetune/evaluation_job.py): fail
+# The evaluate deployments read their data from here (evaluation/evaluation_job.py): fail
 # now, naming the variable, rather than at the first committed checkpoint.
 if [ -z "${ELECTRA_GLUE_DIR:-}" ] || [ ! -d "${ELECTRA_GLUE_DIR}" ]; then
     echo "make serve: ELECTRA_GLUE_DIR='${ELECTRA_GLUE_DIR:-}' is not a folder; set it to the official GLUE download (CoLA/, MRPC/, STS-B/, RTE/, ...), e.g. ELECTRA_GLUE_DIR=\$HOME/glue_data make serve" >&2

@@ -7,8 +7,8 @@ import random
 import shutil
 from pathlib import Path
 
-from tests.electra.finetune.glue_files import sentence, squad_json, write, write_keyword_sst2, write_task
-from tests.electra.finetune.tiny_model import tiny_export, train_tokenizer
+from tests.evaluation.glue_files import sentence, squad_json, write, write_keyword_sst2, write_task
+from tests.evaluation.tiny_model import tiny_export, train_tokenizer
 
 
 def build_tiny(root: Path) -> dict:

@@ -21,9 +21,9 @@ from pathlib import Path
 
 from electra import eval_handoff as handoff
 from electra import run_layout as layout
-from electra.finetune import report
+from evaluation import report
 from tests.electra._corpus import write_tiny_corpus
-from tests.electra.finetune.glue_files import write_keyword_sst2
+from tests.evaluation.glue_files import write_keyword_sst2
 
 REPO = Path(__file__).resolve().parents[2]
 SCAN = {"tasks": "SST-2", "seeds": 1, "recipe": {"epochs": 1, "batch_size": 8, "max_seq_len": 32,

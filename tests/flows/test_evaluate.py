@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from electra.finetune import report
-from electra.finetune.predictions import read_predictions, recompute_metrics
-from tests.electra.finetune.glue_files import independent_glue_scores, write_keyword_sst2, write_task
+from evaluation import report
+from evaluation.predictions import read_predictions, recompute_metrics
+from tests.evaluation.glue_files import independent_glue_scores, write_keyword_sst2, write_task
 from tests.flows._eval_data import make_run as _make_run
 
 LEARN_BAR = 85.0  # SST-2-format keyword task: chance is 50 %
@@ -242,7 +242,7 @@ def test_overlapping_scans_evaluate_a_checkpoint_once(tiny, prefect_harness, mon
     direct evaluate of the same checkpoint leave it alone; A then finishes it, once."""
     import threading
 
-    import electra.finetune.evaluation_runner as er
+    import evaluation.evaluation_runner as er
     import flows.evaluate as ev
     from flows.evaluate_new_checkpoints import evaluate_new_checkpoints
 

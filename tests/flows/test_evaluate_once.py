@@ -8,8 +8,8 @@ import shutil
 import pytest
 
 from electra import eval_handoff as handoff
-from electra.finetune import report
-from tests.electra.finetune.glue_files import write_task
+from evaluation import report
+from tests.evaluation.glue_files import write_task
 from tests.flows._eval_data import make_run
 
 SMALL = {"epochs": 1, "max_train_examples": 16, "max_eval_examples": 8, "max_seq_len": 32,

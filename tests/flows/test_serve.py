@@ -20,7 +20,7 @@ from electra.distributed import free_port
 from pipelines import schema
 from synthetic import prose
 from tests.electra._corpus import write_tiny_corpus
-from tests.electra.finetune.glue_files import write_keyword_sst2
+from tests.evaluation.glue_files import write_keyword_sst2
 
 ROOT = Path(__file__).resolve().parents[2]
 PREFECT = str(ROOT / ".venv/bin/prefect")

@@ -1,6 +1,6 @@
 """The evaluation runner: one job, named phases that plain Python can drive, one folder it owns.
 
-    runner = EvaluationRunner(job)        # electra.finetune.evaluation_job.EvaluationJob
+    runner = EvaluationRunner(job)        # evaluation.evaluation_job.EvaluationJob
     results = runner.run()                # = check, (lease), resolve, plan, run_unit..., publish
 
 * **check**: is there anything to do? ``results.json`` already covering every asked task for
@@ -54,7 +54,7 @@ from .sources import CheckpointError, ResolvedCheckpoint, resolve_checkpoint
 from .squad_data import SquadDataError
 from .squad_finetune import check_squad_data, finetune_squad, squad_files, squad_task_name
 
-log = logging.getLogger("electra.finetune.evaluate")
+log = logging.getLogger("evaluation.evaluate")
 PHASES = ("check", "claim", "resolve", "plan", "run", "publish")
 RANDOM_INIT = "random_init"  # RUN/eval/random_init: the run's model at random initialisation
 

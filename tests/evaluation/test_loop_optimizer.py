@@ -15,9 +15,9 @@ import pytest
 import torch
 
 from electra.config import ModelConfig
-from electra.finetune.heads import FinetuneModel, SequenceHead
-from electra.finetune.loop import make_optimizer, seed_everything, train
-from electra.finetune.recipe import FinetuneRecipe
+from evaluation.heads import FinetuneModel, SequenceHead
+from evaluation.loop import make_optimizer, seed_everything, train
+from evaluation.recipe import FinetuneRecipe
 from electra.model import ElectraEmbeddings, build_encoder
 from electra.optim import AdamWeightDecay
 

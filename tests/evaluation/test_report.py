@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from electra.finetune import report
-from electra.finetune.results import SeedResult, TaskResult
+from evaluation import report
+from evaluation.results import SeedResult, TaskResult
 
 ROWS = [{"step": s, "loss": 1.0 / s, "disc_loss": 0.5 / s} for s in range(1, 6)]
 CUT_NOTE = "(a cut last line from a killed trainer)"
@@ -232,7 +232,7 @@ def test_results_json_carries_the_references():
 # --- the published numbers themselves ---------------------------------------------------------
 
 def test_paper_glue_rows_average_to_the_printed_average():
-    from electra.finetune import paper_scores
+    from evaluation import paper_scores
 
     for size in ("large", "large-400k"):  # the per-task rows of Table 2 against its Avg. column
         pub = paper_scores.PAPER[size]
@@ -244,7 +244,7 @@ def test_paper_glue_rows_average_to_the_printed_average():
 
 
 def test_paper_lookup_only_where_a_source_has_the_number():
-    from electra.finetune.paper_scores import glue_average, reference
+    from evaluation.paper_scores import glue_average, reference
 
     assert reference("base", "SQuAD1.1", "exact").value == 84.5
     assert reference("base", "SQuAD2.0", "f1").value == 83.3

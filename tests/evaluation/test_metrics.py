@@ -6,7 +6,7 @@ import pytest
 from scipy import stats
 from sklearn import metrics as skm
 
-from electra.finetune import metrics
+from evaluation import metrics
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -102,8 +102,8 @@ def test_glue_average_is_labelled_with_its_tasks():
 
 
 def test_results_and_report_name_the_tasks_averaged():
-    from electra.finetune import report
-    from electra.finetune.results import SeedResult, TaskResult
+    from evaluation import report
+    from evaluation.results import SeedResult, TaskResult
 
     def results(scores):
         tasks = {t: TaskResult(task=t, primary=metrics.PRIMARY[t], seeds=[SeedResult(

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-from electra.finetune.finetune import recipe_for_model
-from electra.finetune.heads import PaperSpanHead, span_loss
-from electra.finetune.predictions import read_predictions
-from electra.finetune.squad_data import SquadExample, SquadFeatures, postprocess_beam
-from electra.finetune.squad_finetune import finetune_squad
+from evaluation.finetune import recipe_for_model
+from evaluation.heads import PaperSpanHead, span_loss
+from evaluation.predictions import read_predictions
+from evaluation.squad_data import SquadExample, SquadFeatures, postprocess_beam
+from evaluation.squad_finetune import finetune_squad
 
 from .glue_files import squad_json
 from .squad_official import evaluate_v1, evaluate_v2
@@ -91,7 +91,7 @@ def test_narrow_beam_is_the_brute_force_restricted_to_the_top_starts(seed):
 
 
 def test_chunked_end_logits_equal_the_whole_beam_at_once(monkeypatch):
-    from electra.finetune import heads
+    from evaluation import heads
 
     hidden, mask, segments = _inputs(5)
     head = _head(5, beam=T).eval()

@@ -10,10 +10,10 @@ import pytest
 from common.config import ConfigError
 from electra import eval_handoff as handoff
 from electra import run_layout as layout
-from electra.finetune import eval_layout, report
-from electra.finetune.evaluation_job import DEFAULT_TASKS, EvaluationJob
-from electra.finetune.evaluation_runner import EvaluationConflict, EvaluationRunner, Unit, run_unit
-from electra.finetune.glue_tasks import GlueDataError
+from evaluation import eval_layout, report
+from evaluation.evaluation_job import DEFAULT_TASKS, EvaluationJob
+from evaluation.evaluation_runner import EvaluationConflict, EvaluationRunner, Unit, run_unit
+from evaluation.glue_tasks import GlueDataError
 
 from .glue_files import write_keyword_sst2
 from .tiny_model import tiny_export, train_tokenizer
@@ -124,7 +124,7 @@ def test_policy_skip_before_the_claim_is_returned_not_evaluated(tmp_path, export
 def test_checkpoint_pruned_during_its_export_is_recorded(tmp_path, export, monkeypatch):
     """A run without pins prunes the checkpoint while the evaluation exports it (fault injected
     inside the export): the evaluation returns the skip and records it, it does not fail."""
-    import electra.finetune.evaluation_runner as er
+    import evaluation.evaluation_runner as er
 
     glue = tmp_path / "glue"
     write_keyword_sst2(glue, n_train=16, n_dev=8)

@@ -3,7 +3,7 @@
 An ``EvaluationJob`` is loaded by the project's strict config loader (``common.config``), like
 the pre-training job: an unknown key or a wrong type is an error naming it, and a user error (an
 unknown task, a data folder that does not exist, nothing to evaluate) is one line before any
-model is loaded. The runner (``electra.finetune.evaluation_runner``) takes it through its phases;
+model is loaded. The runner (``evaluation.evaluation_runner``) takes it through its phases;
 the command line and the Prefect flows (``flows/evaluate.py``) only build one.
 
 Where the data is, from one documented place. ``glue_dir`` / ``squad_dir`` given explicitly win;
@@ -44,7 +44,7 @@ DEFAULT_TASKS = ("CoLA", "MRPC", "STS-B", "RTE")
 
 @dataclass(frozen=True)
 class EvaluationJob:
-    checkpoint: str  # run dir, checkpoint step dir, or HF export (electra.finetune.sources)
+    checkpoint: str  # run dir, checkpoint step dir, or HF export (evaluation.sources)
     out: str | None = None  # None: eval_layout.default_out
     glue_dir: str | None = None  # None: $ELECTRA_GLUE_DIR
     tasks: str | None = None  # None: DEFAULT_TASKS when a GLUE folder is known; "": none

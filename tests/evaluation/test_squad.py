@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer
 
-from electra.finetune import squad_data
-from electra.finetune.squad_data import SquadDataError, SquadExample, featurize, read_squad
-from electra.finetune.squad_metrics import exact_match, normalize_answer, squad_evaluate, token_f1
+from evaluation import squad_data
+from evaluation.squad_data import SquadDataError, SquadExample, featurize, read_squad
+from evaluation.squad_metrics import exact_match, normalize_answer, squad_evaluate, token_f1
 
 from .glue_files import squad_json
 from .tiny_model import train_tokenizer

@@ -8,9 +8,9 @@ import statistics
 import pytest
 from sklearn import metrics as skm
 
-from electra.finetune import baselines
-from electra.finetune.glue_tasks import TASKS, GlueExample
-from electra.finetune.squad_data import SquadExample, read_squad
+from evaluation import baselines
+from evaluation.glue_tasks import TASKS, GlueExample
+from evaluation.squad_data import SquadExample, read_squad
 
 from .glue_files import squad_json
 

@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from electra.finetune import glue_tasks
-from electra.finetune.glue_tasks import GlueDataError, get_task, read_split
+from evaluation import glue_tasks
+from evaluation.glue_tasks import GlueDataError, get_task, read_split
 
 from .glue_files import HEADERS, glue_rows, write, write_task
 
-REAL_GLUE = Path(__file__).resolve().parents[3] / ".." / "shared" / "data" / "glue"
+REAL_GLUE = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "glue"
 
 REAL_COUNTS = {"CoLA": (8551, 1043), "SST-2": (67349, 872), "MRPC": (3668, 408),
                "STS-B": (5749, 1500)}

@@ -9,8 +9,8 @@ import random
 import pytest
 from tokenizers import Tokenizer
 
-from electra.finetune.squad_data import featurize, read_squad
-from electra.finetune.squad_metrics import squad_evaluate
+from evaluation.squad_data import featurize, read_squad
+from evaluation.squad_metrics import squad_evaluate
 
 from .squad_official import evaluate_v1, evaluate_v2
 from .tiny_model import train_tokenizer

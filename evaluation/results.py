@@ -162,7 +162,7 @@ def load_task(out_dir: str | Path, task: str, *, key: str) -> TaskResult | None:
 
 def code_version() -> str:
     """Git commit of this checkout (``+dirty`` with local changes), else the package version."""
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[1]
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True,
                                 text=True, timeout=10, check=True).stdout.strip()

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from electra.finetune.sources import CheckpointError, resolve_checkpoint
+from evaluation.sources import CheckpointError, resolve_checkpoint
 
 
 def _fake_hf(folder):

@@ -8,15 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from electra.finetune.finetune import finetune_glue, recipe_for_model
-from electra.finetune.loop import lr_multiplier, pad_batch
-from electra.finetune.predictions import read_predictions, recompute_metrics
-from electra.finetune.squad_finetune import finetune_squad
+from evaluation.finetune import finetune_glue, recipe_for_model
+from evaluation.loop import lr_multiplier, pad_batch
+from evaluation.predictions import read_predictions, recompute_metrics
+from evaluation.squad_finetune import finetune_squad
 
 from .glue_files import independent_glue_scores, squad_json, write_keyword_sst2, write_task
 from .tiny_model import tiny_export, train_tokenizer
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[2]
 FAST = {"epochs": 1, "batch_size": 16, "lr": 6e-3, "num_threads": 1, "num_seeds": 1,
         "max_seq_len": 32}
 
@@ -112,7 +112,7 @@ def test_deepspeed_engine_matches_plain_loop(tiny):
     script = f"""
 import json, sys
 sys.path.insert(0, {str(REPO)!r})
-from electra.finetune.finetune import finetune_glue, recipe_for_model
+from evaluation.finetune import finetune_glue, recipe_for_model
 out = {{}}
 for ds in (False, True):
     rec = recipe_for_model({str(model)!r}, **{FAST!r}, deepspeed=ds, precision="fp32")
@@ -172,8 +172,8 @@ def test_finished_seeds_are_reused(tiny):
 def test_check_task_data_parses_every_file(tmp_path):
     import re
 
-    from electra.finetune.finetune import check_task_data
-    from electra.finetune.glue_tasks import GlueDataError
+    from evaluation.finetune import check_task_data
+    from evaluation.glue_tasks import GlueDataError
 
     folder = write_task(tmp_path, "RTE", n_train=7, n_dev=3, n_test=2)
     assert check_task_data("RTE", tmp_path) == {"train": 7, "dev": 3, "test": 2}

@@ -11,9 +11,9 @@ import torch
 
 from common.config import ConfigError
 from electra.config import ModelConfig
-from electra.finetune.heads import FinetuneModel, SequenceHead, SpanHead
-from electra.finetune.loop import epoch_batches, predict, resolve_precision, seed_everything, train
-from electra.finetune.recipe import FinetuneRecipe
+from evaluation.heads import FinetuneModel, SequenceHead, SpanHead
+from evaluation.loop import epoch_batches, predict, resolve_precision, seed_everything, train
+from evaluation.recipe import FinetuneRecipe
 from electra.hardware import cpu_features
 from electra.model import ElectraEmbeddings, build_encoder
 
@@ -140,12 +140,12 @@ def _train_logged(caplog, **kw):
     rows, segs = _rows(40)
     targets = torch.tensor([len(r) % 2 for r in rows])
     caplog.clear()
-    with caplog.at_level(logging.INFO, logger="electra.finetune.progress"):
+    with caplog.at_level(logging.INFO, logger="evaluation.progress"):
         stats = train(_model(SequenceHead(16, 2)), rows=rows, segs=segs, recipe=FinetuneRecipe(
             batch_size=8, lr=1e-3, precision="fp32", device="cpu"), epochs=1.5, seed=0,
             loss_fn=lambda out, idx, dev: torch.nn.functional.cross_entropy(
                 out.logits, targets[idx].to(dev)), **kw)
-    lines = [r.getMessage() for r in caplog.records if r.name == "electra.finetune.progress"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "evaluation.progress"]
     assert all(r.levelno == logging.INFO for r in caplog.records)
     return stats, lines
 

@@ -7,7 +7,7 @@ import subprocess
 from pathlib import Path
 
 
-from electra.finetune.results import (SeedResult, TaskResult, code_version, hash_files,
+from evaluation.results import (SeedResult, TaskResult, code_version, hash_files,
                                       load_seed, load_task, resume_key, save_seed, save_task,
                                       seed_path)
 
@@ -52,7 +52,7 @@ def test_hash_files_matches_hashlib(tmp_path):
 
 
 def test_code_version_is_the_git_commit():
-    root = Path(__file__).resolve().parents[3]
+    root = Path(__file__).resolve().parents[2]
     commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True,
                             text=True, check=True).stdout.strip()
     assert code_version().removeprefix("git:").removesuffix("+dirty") == commit

@@ -35,7 +35,7 @@ become nearly one-class and training can stall (README: Evaluation). Use k = 1 f
 or for paper-exact random batches.
 The generator is seeded by (seed, epoch), so a seed fully determines a run.
 
-Progress: ``train`` logs to the ``electra.finetune.progress`` logger at INFO: a line at the
+Progress: ``train`` logs to the ``evaluation.progress`` logger at INFO: a line at the
 start (label, steps, epochs), at most one line per ``progress_seconds`` (step / total, epoch,
 the current epoch's mean loss so far, steps/s, ETA) and one at the end (steps, time). The
 per-step cost is one clock read; the loss is already read back per step for the epoch means.
@@ -58,8 +58,8 @@ import torch
 
 from electra.seeding import seed_everything  # noqa: F401  (re-exported for the fine-tuning modules)
 
-from ..hardware import cpu_features, native_bf16
-from ..optim import AdamWeightDecay
+from electra.hardware import cpu_features, native_bf16
+from electra.optim import AdamWeightDecay
 from .heads import FinetuneModel
 from .recipe import FinetuneRecipe, param_groups
 
@@ -142,7 +142,7 @@ class TrainStats:
 # loss_fn(model_output, batch_indices, device) -> scalar loss
 LossFn = Callable[[object, torch.Tensor, torch.device], torch.Tensor]
 
-progress_log = logging.getLogger("electra.finetune.progress")
+progress_log = logging.getLogger("evaluation.progress")
 
 
 def make_optimizer(model: FinetuneModel, recipe: FinetuneRecipe,

@@ -5,11 +5,11 @@ import numpy as np
 import pytest
 from scipy import special
 
-from electra.finetune.glue_submission import write_submission
-from electra.finetune.predictions import (class_probabilities, ensemble_rows,
+from evaluation.glue_submission import write_submission
+from evaluation.predictions import (class_probabilities, ensemble_rows,
                                           glue_metrics_from_rows, glue_rows, prediction_path,
                                           read_predictions, recompute_metrics, write_predictions)
-from electra.finetune.results import SeedResult, TaskResult, median_metrics
+from evaluation.results import SeedResult, TaskResult, median_metrics
 
 from .glue_files import independent_glue_scores
 

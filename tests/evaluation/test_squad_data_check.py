@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from electra.finetune.squad_data import read_squad
-from electra.finetune.squad_finetune import SquadDataError, check_squad_data, squad_files
+from evaluation.squad_data import read_squad
+from evaluation.squad_finetune import SquadDataError, check_squad_data, squad_files
 
 from .glue_files import squad_json
 

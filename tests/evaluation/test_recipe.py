@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 
 from electra.config import ModelConfig
-from electra.finetune.heads import FinetuneModel, SequenceHead
-from electra.finetune.recipe import (FinetuneRecipe, infer_size, layer_rates, param_groups,
+from evaluation.heads import FinetuneModel, SequenceHead
+from evaluation.recipe import (FinetuneRecipe, infer_size, layer_rates, param_groups,
                                      recipe_for_size)
 from electra.model import ElectraEmbeddings, build_encoder
 
@@ -130,7 +130,7 @@ def test_stray_parameters_are_still_an_error():
 
 
 def test_cap_lengths_records_each_cut():
-    from electra.finetune.recipe import cap_lengths
+    from evaluation.recipe import cap_lengths
 
     rec = recipe_for_size("base", max_seq_len=256)
     capped = cap_lengths(rec, 200)
