@@ -140,7 +140,7 @@ def shard_unk(out: str, manifest) -> float:
 
 
 def run_build(prep: dict[str, Any], out: Path, vocab: int) -> dict[str, Any]:
-    from pipelines.engine.runner import CorpusBuild
+    from pipelines.orchestration.runner import CorpusBuild
 
     shutil.rmtree(out, ignore_errors=True)
     code = prep["summary"]["code"]

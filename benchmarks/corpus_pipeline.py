@@ -30,7 +30,7 @@ from common import storage
 from pipelines import schema
 from pipelines.engine import raydata
 from pipelines.config import CorpusConfig
-from pipelines.engine.runner import CorpusBuild
+from pipelines.orchestration.runner import CorpusBuild
 
 
 def v1_bytes(corpus: str, manifest: schema.Manifest) -> int:

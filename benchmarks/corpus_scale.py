@@ -173,7 +173,7 @@ def build_child(src: str, out: str, cpus: int) -> dict[str, Any]:
 
     from pipelines.config import CorpusConfig
     from pipelines.engine import raydata
-    from pipelines.engine.runner import CorpusBuild
+    from pipelines.orchestration.runner import CorpusBuild
 
     shutil.rmtree(out, ignore_errors=True)
     raydata.init_ray(num_cpus=cpus)

@@ -1,6 +1,6 @@
 """Prefect flow ``build-corpus``: raw text → WebDataset shards + manifest, one task per stage.
 
-The flow only orders :mod:`pipelines.engine.runner`'s plan: one Prefect task per stage of the stage
+The flow only orders :mod:`pipelines.orchestration.runner`'s plan: one Prefect task per stage of the stage
 table, then ``publish``, then a markdown artifact with each stage's statistics. Caching, resume
 after a kill, pruning and retrying a stage whose attempt failed for a passing reason (the store
 unavailable, a lost Ray node) are the runner's; the flow holds no business logic.
@@ -25,7 +25,7 @@ from prefect.cache_policies import NONE
 from common import config as strict
 from pipelines.engine import raydata
 from pipelines.config import CorpusConfig
-from pipelines.engine.runner import CorpusBuild
+from pipelines.orchestration.runner import CorpusBuild
 
 _task = dict(cache_policy=NONE, persist_result=False)
 

@@ -4,7 +4,7 @@ Defaults follow the ELECTRA paper and the usual web-text heuristics (datatrove/G
 ``CorpusConfig.from_dict`` goes through the project's one strict loader (``common.config``):
 unknown keys, wrong types and values outside a field's allowed set (the ``Literal`` fields) are
 errors at load time naming the key, before any stage runs. Each stage's cache key is derived
-from the sections it declares in the stage table (``pipelines.engine.stages``), so changing a filter
+from the sections it declares in the stage table (``pipelines.orchestration.stages``), so changing a filter
 threshold reruns filtering and everything after it, but not ingestion.
 """
 from __future__ import annotations

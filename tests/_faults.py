@@ -16,7 +16,7 @@ import sys
 
 def install(point: str) -> None:
     from pipelines import schema
-    from pipelines.engine.runner import CorpusBuild
+    from pipelines.orchestration.runner import CorpusBuild
 
     def die(*_args, **_kwargs):
         os.kill(os.getpid(), signal.SIGKILL)

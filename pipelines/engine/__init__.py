@@ -1,4 +1,4 @@
-"""The engine that runs build-corpus: the stage table (``stages``), the one runner with its
-completion markers (``runner``), publishing the manifest (``publish``), stage outputs as files on
-the store (``parts``), the storage-based shuffle (``shuffle``) and Ray Data's settings (``raydata``).
-"""
+"""The Ray/storage layer every corpus stage runs on: stage outputs as files on the store
+(``parts``), the storage-based shuffle (``shuffle``) and Ray Data's settings and start-up
+(``raydata``). The stages themselves, their order and the manifest live in
+``pipelines.orchestration``, above this layer."""

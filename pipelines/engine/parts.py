@@ -16,7 +16,7 @@ A file's name is a hash of its rows' keys, so a retried task rewrites the same f
 adding a second copy. Every part is checked on the store right after it is written: its size
 (``storage.write_bytes``) and, for Parquet, the row count in the footer read back from the store,
 so a truncated or short object fails the task that wrote it, naming it. The files a stage
-produced are listed in its completion marker (``pipelines.engine.runner``) with their rows, bytes
+produced are listed in its completion marker (``pipelines.orchestration.runner``) with their rows, bytes
 and row groups; readers open exactly those, never "whatever is in the folder", so the leftovers
 of a killed attempt are never read.
 

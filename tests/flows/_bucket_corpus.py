@@ -6,7 +6,7 @@ from pathlib import Path
 
 from common import storage
 from pipelines.config import CorpusConfig
-from pipelines.engine.runner import CorpusBuild
+from pipelines.orchestration.runner import CorpusBuild
 from synthetic import prose
 
 CFG = {"tokenizer": {"vocab_size": 900, "min_frequency": 1}, "shard": {"min_shards_per_split": 3},

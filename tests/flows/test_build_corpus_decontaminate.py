@@ -30,7 +30,7 @@ from flows.build_corpus import corpus_config, main
 from pipelines import schema
 from pipelines.config import FilterConfig
 from pipelines.decontaminate import protected as protect
-from pipelines.engine.runner import CorpusBuild
+from pipelines.orchestration.runner import CorpusBuild
 from pipelines.filters import normalize_text
 from synthetic import prose
 from tests.pipelines.decontaminate.test_protected import (MRPC_HEADER, ref_ngrams, ref_tokens, sentence,

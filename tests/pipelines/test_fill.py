@@ -13,7 +13,7 @@ from pipelines import schema
 from synthetic import prose
 from pipelines.config import CorpusConfig
 from pipelines.pack import MIN_FILL, empty_split_warnings, fill_warnings
-from pipelines.engine.runner import CorpusBuild
+from pipelines.orchestration.runner import CorpusBuild
 
 SEQ_LEN = 64
 

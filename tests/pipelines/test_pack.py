@@ -263,7 +263,7 @@ import json, os, sys
 import numpy as np
 import ray
 from pipelines.engine.raydata import init_ray
-from pipelines.engine.stages import _pack_batch, _packer
+from pipelines.orchestration.stages import _pack_batch, _packer
 from synthetic.prose import documents
 
 def threads():

@@ -12,7 +12,7 @@ from tokenizers import Tokenizer
 
 from common.config import ConfigError
 from pipelines.config import CorpusConfig, TokenizerConfig
-from pipelines.engine.stages import tokenizer_fingerprint
+from pipelines.orchestration.stages import tokenizer_fingerprint
 from pipelines.tokenizer import load_pretrained, train_tokenizer
 from pipelines.tokenizer_pretrained import open_pretrained
 from synthetic.prose import documents

@@ -30,8 +30,8 @@ from common.config import ConfigError
 from flows.build_corpus import corpus_config, user_error
 from pipelines.config import CorpusConfig, DecontaminateConfig
 from pipelines.decontaminate.protected import ProtectedFile, build, discover, fingerprint
-from pipelines.engine.runner import CorpusBuild
-from pipelines.engine.stages import STAGES, filter_fingerprint
+from pipelines.orchestration.runner import CorpusBuild
+from pipelines.orchestration.stages import STAGES, filter_fingerprint
 
 N = 13
 

@@ -9,7 +9,7 @@ import pytest
 
 from common.config import ConfigError
 from pipelines.config import CorpusConfig
-from pipelines.engine.stages import filter_fingerprint
+from pipelines.orchestration.stages import filter_fingerprint
 from pipelines.filters import lm_quality
 
 TEXT = ("the old man walked to the river and sat down by the water .\n\n"

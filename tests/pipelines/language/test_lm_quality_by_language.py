@@ -8,7 +8,7 @@ from __future__ import annotations
 import random
 
 from pipelines.config import CorpusConfig
-from pipelines.engine.stages import filter_fingerprint
+from pipelines.orchestration.stages import filter_fingerprint
 from pipelines.filters.base import Doc, Filters
 from pipelines.filters.lm_quality import model
 from pipelines.language.segmenters import splitter

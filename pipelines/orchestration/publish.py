@@ -19,12 +19,12 @@ from typing import TYPE_CHECKING, Any
 from common import storage
 from pipelines import schema
 from pipelines.pack import fill
-from pipelines.engine.stages import DOCUMENT_STAGES, StageResult, rejected_folder
+from pipelines.orchestration.stages import DOCUMENT_STAGES, StageResult, rejected_folder
 
 if TYPE_CHECKING:
-    from pipelines.engine.runner import CorpusBuild
+    from pipelines.orchestration.runner import CorpusBuild
 
-log = logging.getLogger("pipelines.engine.publish")
+log = logging.getLogger("pipelines.orchestration.publish")
 
 
 def summary(results: dict[str, StageResult]) -> dict[str, Any]:

@@ -21,8 +21,8 @@ from common.hashing import HashingReader
 from pipelines import schema
 from synthetic import prose
 from pipelines.config import CorpusConfig
-from pipelines.engine.runner import CorpusBuild
-from pipelines.engine.stages import STAGES
+from pipelines.orchestration.runner import CorpusBuild
+from pipelines.orchestration.stages import STAGES
 from tests._procs import run_in_group
 
 REPO = Path(__file__).resolve().parents[3]
@@ -35,7 +35,7 @@ from tests._faults import install
 install(sys.argv[4])
 from pipelines.engine import raydata
 from pipelines.config import CorpusConfig
-from pipelines.engine.runner import CorpusBuild
+from pipelines.orchestration.runner import CorpusBuild
 raydata.init_ray(num_cpus=1)
 CorpusBuild([sys.argv[1]], sys.argv[2], CorpusConfig.from_dict(json.loads(sys.argv[3]))).run()
 """

@@ -20,7 +20,7 @@ the sha256 of the files it is made from (``pipelines.tokenizer_pretrained``). Ev
 input that decides a stage's output is in its key, so a rerun with anything changed reruns that
 stage and everything after it, and nothing before. A stage function gets a ``StageRun`` (its
 key, config, locations and its inputs' results) and returns a record of what it wrote; the
-runner (``pipelines.engine.runner``) times it, adds the rates and writes the completion marker, so
+runner (``pipelines.orchestration.runner``) times it, adds the rates and writes the completion marker, so
 timing and statistics are computed in one place.
 
 Document stages share one shape: read the kept documents of the input stage, transform them
@@ -183,7 +183,7 @@ def _filter(run: StageRun) -> dict[str, Any]:
 def _language_report(run: StageRun, stats: dict[str, Any], rejected: list[dict[str, Any]]) -> list[str]:
     """Warnings for the languages met whose profile skipped blocks, and the one-line explanation
     of a stage that kept (nearly) nothing: an error when it kept nothing at all."""
-    from pipelines.engine.drop_report import report
+    from pipelines.orchestration.drop_report import report
     from pipelines.filters.base import references
     from pipelines.language.profiles import language_warnings
 

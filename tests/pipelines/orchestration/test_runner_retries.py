@@ -12,7 +12,7 @@ import logging
 from common import storage
 from pipelines import schema
 from pipelines.config import CorpusConfig
-from pipelines.engine.runner import CorpusBuild
+from pipelines.orchestration.runner import CorpusBuild
 from synthetic import prose
 from tests._s3proxy import one_request_per_attempt, s3_proxy  # noqa: F401  (fixtures)
 
@@ -40,7 +40,7 @@ def test_a_stage_whose_attempt_fails_on_the_store_runs_again(ray_s3, one_request
     # once: that attempt fails with StoreUnavailableError; the stage runs again from scratch.
     window = proxy.slowdown(trigger=r"prefix=[^&]*\.work/filter-[0-9a-f]+/data", requests=1)
     build = CorpusBuild([f"{bucket}/raw"], f"{bucket}/out", CorpusConfig.from_dict(CFG))
-    with caplog.at_level(logging.WARNING, logger="pipelines.engine.runner"):
+    with caplog.at_level(logging.WARNING, logger="pipelines.orchestration.runner"):
         build.run()
     assert window.opened_at is not None and proxy.counts["slowdown"] == 1
     assert build.result("filter").stats["attempts"] == 2
@@ -59,7 +59,7 @@ def test_which_failures_a_stage_attempt_is_retried_for():
     and objects, also when Ray wraps them; never a permanent store error or a bug."""
     import ray.exceptions as rx
 
-    from pipelines.engine.checks import transient, unwrapped
+    from pipelines.orchestration.checks import transient, unwrapped
 
     down = storage.StoreUnavailableError("s3://b/k: the store kept failing for 300 s")
     denied = storage.StorageError("s3://b/k: access denied (403 Forbidden)")

@@ -1,4 +1,4 @@
-"""pipelines.engine.drop_report: the one line of a filter stage that kept (nearly) nothing."""
+"""pipelines.orchestration.drop_report: the one line of a filter stage that kept (nearly) nothing."""
 from __future__ import annotations
 
 import io
@@ -7,7 +7,7 @@ from collections import Counter
 
 import zstandard
 
-from pipelines.engine.drop_report import explain, report, sampled_languages
+from pipelines.orchestration.drop_report import explain, report, sampled_languages
 from tests.pipelines._languages import documents
 
 

@@ -3,7 +3,7 @@
 ``CorpusBuild(sources, out, cfg)`` resolves the sources and checks the output location before any
 work (a missing bucket or path is an error naming it), then computes every stage's cache key up
 front: keys depend on config, inputs, the code version and the versions of the libraries that
-shape the output, never on outputs (``pipelines.engine.stages``).
+shape the output, never on outputs (``pipelines.orchestration.stages``).
 
 Completion markers. Stage ``s`` with key ``k`` keeps its private files in ``.work/s-k/`` of the
 output location; ``.work/s-k/_SUCCESS`` is written last and records the stage's statistics and
@@ -30,7 +30,7 @@ Pruning writes the marker's ``pruned`` flag before it deletes anything, so a kil
 leaves garbage, never a marker that promises data that is gone; ``publish`` sweeps what such a
 kill left behind.
 
-Publish (``pipelines.engine.publish``): the manifest is assembled from the markers and written last.
+Publish (``pipelines.orchestration.publish``): the manifest is assembled from the markers and written last.
 """
 from __future__ import annotations
 
@@ -45,11 +45,11 @@ from common.hashing import digest
 from pipelines import schema
 from pipelines.config import CorpusConfig
 from pipelines.ingest import Sources, resolve_sources
-from pipelines.engine.checks import check_outputs, expected_outputs, transient, unwrapped
-from pipelines.engine.stages import (CODE_VERSION, LIBRARIES, STAGES, Stage, StageResult, StageRun,
+from pipelines.orchestration.checks import check_outputs, expected_outputs, transient, unwrapped
+from pipelines.orchestration.stages import (CODE_VERSION, LIBRARIES, STAGES, Stage, StageResult, StageRun,
                                      filter_fingerprint, tokenizer_fingerprint)
 
-log = logging.getLogger("pipelines.engine.runner")
+log = logging.getLogger("pipelines.orchestration.runner")
 SUCCESS = "_SUCCESS"
 # Attempts per stage when an attempt fails for a reason that can pass (engine.checks.transient).
 STAGE_ATTEMPTS = 3
@@ -194,7 +194,7 @@ class CorpusBuild:
                 storage.remove(storage.join(self.cache(i), "data"), recursive=True)
 
     def publish(self) -> schema.Manifest:
-        from pipelines.engine.publish import publish
+        from pipelines.orchestration.publish import publish
 
         for name in self.order:  # what a kill between a marker and its pruning left behind
             self._prune_consumed(self.stages[name])
