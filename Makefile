@@ -5,7 +5,8 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 export RAY_ENABLE_UV_RUN_RUNTIME_ENV := 0
 export TOKENIZERS_PARALLELISM := false
-# No network here: keep Prefect from trying to send telemetry.
+# No network here: keep `make serve`'s long-lived Prefect server from sending telemetry (the CLIs'
+# private servers turn it off themselves, flows/runtime.py).
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 
 .PHONY: install demo test test-fast serve bench electra-vs-mlm clean
@@ -21,7 +22,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(PY) -m flows.demo --out demo_out
+	$(PY) -m cli.demo --out demo_out
 
 # Two test processes (pytest-xdist), one test file each at a time: most tests wait on servers,
 # subprocesses and clusters rather than computing, so two share 2 cores well (20 -> 14 min).
@@ -46,7 +47,7 @@ bench: $(STAMP)
 EVM_DATA ?= ../shared/data
 EVM_ARGS ?=
 electra-vs-mlm: $(STAMP)
-	test -f bench_out/books/manifest.json || $(PY) -m flows.build_corpus --source $(EVM_DATA)/corpus/gutenberg \
+	test -f bench_out/books/manifest.json || $(PY) -m cli.build_corpus --source $(EVM_DATA)/corpus/gutenberg \
 		--out bench_out/books --profile books --validation-fraction 0.05
 	$(PY) benchmarks/electra_vs_mlm.py --corpus bench_out/books --glue-dir $(EVM_DATA)/glue \
 		--out bench_out/electra_vs_mlm $(EVM_ARGS)

@@ -140,12 +140,14 @@ def shard_unk(out: str, manifest) -> float:
 
 
 def run_build(prep: dict[str, Any], out: Path, vocab: int) -> dict[str, Any]:
+    from pipelines.corpus_job import CorpusJob
     from pipelines.orchestration.runner import CorpusBuild
 
     shutil.rmtree(out, ignore_errors=True)
     code = prep["summary"]["code"]
     start = time.perf_counter()
-    manifest = CorpusBuild(prep["sources"], str(out), build_config(code, vocab)).run()
+    job = CorpusJob(list(prep["sources"].files), str(out), build_config(code, vocab))
+    manifest = CorpusBuild(job, sources=prep["sources"]).run()
     seconds = time.perf_counter() - start
     st = manifest.stats
     stages = {k: v["seconds"] for k, v in st.items() if isinstance(v, dict) and "seconds" in v}

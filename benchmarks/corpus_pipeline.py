@@ -31,6 +31,7 @@ from pipelines import schema
 from pipelines.engine import raydata
 from pipelines.config import CorpusConfig
 from pipelines.orchestration.runner import CorpusBuild
+from pipelines.corpus_job import CorpusJob
 
 
 def v1_bytes(corpus: str, manifest: schema.Manifest) -> int:
@@ -62,7 +63,7 @@ def run(source: str, tokenizer_json: str, cpus: int, out: str, profile: str = "w
     cfg = CorpusConfig.from_dict(merge({"profile": profile, "tokenizer": {"pretrained": tokenizer_json},
                                         "shard": {"min_shards_per_split": 8}}, config or {}))
     start = time.perf_counter()
-    manifest = CorpusBuild([source], out, cfg).run()
+    manifest = CorpusBuild(CorpusJob([source], out, cfg)).run()
     seconds = time.perf_counter() - start
     ray.shutdown()
     stats = manifest.stats

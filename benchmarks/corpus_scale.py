@@ -174,11 +174,12 @@ def build_child(src: str, out: str, cpus: int) -> dict[str, Any]:
     from pipelines.config import CorpusConfig
     from pipelines.engine import raydata
     from pipelines.orchestration.runner import CorpusBuild
+    from pipelines.corpus_job import CorpusJob
 
     shutil.rmtree(out, ignore_errors=True)
     raydata.init_ray(num_cpus=cpus)
     baseline = peak_rss_mb()
-    build = CorpusBuild([src], out, CorpusConfig.from_dict({"profile": "web"}))
+    build = CorpusBuild(CorpusJob([src], out, CorpusConfig.from_dict({"profile": "web"})))
     stages: dict[str, dict[str, Any]] = {}
     run_stage = build.run_stage
     with ObjectSampler(1.0) as sampler:

@@ -6,10 +6,10 @@ initialisation (the baseline, measured in the same run), and the spread of the g
         [--steps 3000] [--seeds 3] [--out bench_out/demo_seeds]
 
 Reuses the corpus and the SST-2-format task ``make demo`` built in ``--demo-out`` (run it first),
-and the demo's own recipe (``flows.demo``: ``PRETRAIN``, ``FINETUNE``), so the only thing that
+and the demo's own recipe (``cli.demo``: ``PRETRAIN``, ``FINETUNE``), so the only thing that
 changes between rows is ``train.seed``: the initial weights, masks and the sample order. For each
 seed: ``electra.train`` (3,000 steps), ``electra.random_init`` with the same seed (the run's
-step 0) and ``flows.evaluate`` of both with the same fine-tuning seeds. A row's gain counts as
+step 0) and ``cli.evaluate`` of both with the same fine-tuning seeds. A row's gain counts as
 "outside the spread" when the worst pre-trained fine-tuning seed beats the best random one.
 Prints a table and writes ``results.json``; a rerun skips the seeds already evaluated.
 """
@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-from flows import demo
+from cli import demo
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -45,7 +45,7 @@ def one_seed(seed: int, *, corpus: Path, glue: Path, out: Path, steps: int, seed
     scores = {}
     for name, checkpoint in (("pre_trained", run), ("random_init", init)):
         ev = out / f"eval_{seed}" / name
-        _run([py, "-m", "flows.evaluate", "--checkpoint", str(checkpoint), "--glue-dir", str(glue), "--tasks", "SST-2",
+        _run([py, "-m", "cli.evaluate", "--checkpoint", str(checkpoint), "--glue-dir", str(glue), "--tasks", "SST-2",
               "--seeds", str(seeds), "--size", "small", *demo.FINETUNE, "--out", str(ev)])
         scores[name] = demo.seed_scores(ev / "results.json")
     pre, base = scores["pre_trained"], scores["random_init"]

@@ -5,7 +5,7 @@
         [--tasks SST-2,MRPC,CoLA,STS-B] [--max-train-examples N] [--threads 2]
     .venv/bin/python benchmarks/electra_vs_mlm.py --sweep --corpus CORPUS --out DIR [--sweep-flops F]
 
-``CORPUS`` is a built corpus; the books one comes from ``python -m flows.build_corpus --source
+``CORPUS`` is a built corpus; the books one comes from ``python -m cli.build_corpus --source
 ../shared/data/corpus/gutenberg --out X --profile books --validation-fraction 0.05``.
 
 Fairness by construction. Both runs use the same preset (discriminator size, tokenizer, batch,
@@ -33,7 +33,7 @@ finished stages, rows whose ``eval/ROW/results.json`` holds every task and seed,
 random-initialisation export, so a run cut off by the end of a session continues where it was.
 
 Fine-tuning. Every row (each checkpoint of both runs, plus ``electra.random_init``'s export of the
-untrained model: "no pre-training") goes through ``python -m flows.evaluate`` with one recipe:
+untrained model: "no pre-training") goes through ``python -m cli.evaluate`` with one recipe:
 the flags built by ``finetune_flags`` (saved in results.json and under the table). Defaults: the
 paper's Small recipe (LLRD 0.8, batch 32, length 128, 10% warm-up) at lr 1e-3, as a model this
 narrow after a short pre-training needs more than the paper's 3e-4 (the demo's 64-wide tiny model
@@ -102,7 +102,7 @@ def run(cmd: list[str], log: Path, threads: int) -> None:
     """Run a child (stdout/stderr appended to ``log``); a failure stops the benchmark naming the log."""
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
                TOKENIZERS_PARALLELISM="false", PREFECT_SERVER_ANALYTICS_ENABLED="false")
-    # flows.evaluate's ephemeral Prefect server starts slowly on a busy 2-core machine (default 20 s)
+    # cli.evaluate's Prefect server starts slowly on a busy 2-core machine (default 20 s)
     env.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
     log.parent.mkdir(parents=True, exist_ok=True)
     print("$ " + " ".join(cmd), flush=True)
@@ -190,7 +190,7 @@ def check_intent(args, n_electra: int) -> None:
 def evaluate(args, checkpoint: Path, out: Path) -> None:
     if evaluated(out, args.task_list, args.seeds):
         return
-    run([sys.executable, "-m", "flows.evaluate", "--checkpoint", str(checkpoint), "--out", str(out),
+    run([sys.executable, "-m", "cli.evaluate", "--checkpoint", str(checkpoint), "--out", str(out),
          *finetune_flags(args)], args.out / "logs" / f"eval_{out.name}.log", args.threads)
 
 

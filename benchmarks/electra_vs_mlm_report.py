@@ -1,7 +1,7 @@
 """Rows, table and plot of the ELECTRA-vs-MLM comparison (``benchmarks/electra_vs_mlm.py``).
 
 A row is one fine-tuned model: a checkpoint of either pre-training run, or the random
-initialisation. Per task it keeps the primary metric that ``flows.evaluate`` reports for the task
+initialisation. Per task it keeps the primary metric that ``cli.evaluate`` reports for the task
 (``results.json``: ``tasks[T].primary``, e.g. CoLA MCC, STS-B Spearman, accuracy for SST-2 and MRPC), the
 per-seed scores, and their median (``statistics.median``: the mean of the two middle seeds for an
 even count), min and max. The row's average is one statistic with its own spread: for each seed

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from electra import eval_handoff as handoff
 from electra import run_layout as layout
-from flows.evaluate_new_checkpoints import pending_checkpoints
+from evaluation.pending import pending_checkpoints
 
 
 def fake_run(root: Path, n: int) -> Path:

@@ -51,7 +51,7 @@ def half_made_up(rng: random.Random, text: str) -> str:
 
 
 def sets(n_clean: int, seed: int) -> dict[str, list[str]]:
-    from flows.demo import CLASS_FRACTION
+    from cli.demo import CLASS_FRACTION
     from synthetic import class_task, prose, web_junk
 
     rng = random.Random(seed)

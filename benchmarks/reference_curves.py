@@ -19,7 +19,7 @@ changes), the run's ``config.json`` and its sha256, the corpus identity from the
 differ between them), the torch version and the date.
 
 **Fixed corpus.** Five named Gutenberg books (``BOOKS``, smallest of the 58, 1.4 MB) through the
-project's real builder (``flows.build_corpus --profile books``) with a 4000-token WordPiece
+project's real builder (``cli.build_corpus --profile books``) with a 4000-token WordPiece
 vocabulary: cheap enough to build inside a test, and built by the same code as every real corpus, so
 a change of the builder that alters the data shows up as a changed ``corpus_fingerprint`` (sha256
 over the tokenizer's and every shard's sha256, not over ``manifest.json``, whose stats hold
@@ -68,7 +68,7 @@ FLOOR = {"gen_loss": 0.05, "disc_loss": 0.02, "disc_acc": 0.01, "disc_auc": 0.01
 
 def build_command(out: Path) -> list[str]:
     """The real builder's command line for the fixed corpus (see the module docstring)."""
-    cmd = [sys.executable, "-m", "flows.build_corpus", "--out", str(out), "--profile", "books",
+    cmd = [sys.executable, "-m", "cli.build_corpus", "--out", str(out), "--profile", "books",
            "--vocab-size", str(VOCAB_SIZE), "--validation-fraction", str(VALIDATION_FRACTION)]
     for name in BOOKS:  # relative to the repository (the builder runs there): the asset names no host path
         cmd += ["--source", os.path.relpath(GUTENBERG / name, REPO)]

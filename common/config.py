@@ -3,7 +3,8 @@
 A config is a tree of dataclasses whose field annotations are the schema. ``from_dict`` builds
 it from parsed JSON and rejects, at load time and with the key's full name:
 
-* unknown keys (a typo never falls back to a default silently), listing the known ones;
+* unknown keys (a typo never falls back to a default silently), listing the known ones and the
+  closest of them (``difflib``: ``max_step`` -> ``max_steps``);
 * wrong types: ``bool`` is not an ``int``, a string is not a number, ``1.5`` is not an ``int``
   (``1e6`` is: JSON writes big step counts that way);
 * values outside a field's allowed set, written as ``typing.Literal["wordpiece", "unigram"]``;
@@ -13,11 +14,14 @@ it from parsed JSON and rejects, at load time and with the key's full name:
 Supported annotations: ``int``, ``float``, ``str``, ``bool``, ``dict`` (passed through, for
 sections owned by another tool such as DeepSpeed), ``list[X]``, ``X | None``, ``Literal[...]``
 and nested dataclasses. ``apply_override`` sets ``a.b.c=value`` in the raw mapping before
-``from_dict`` checks it, so command-line overrides get exactly the same checks as the file.
+``from_dict`` checks it, so command-line overrides get exactly the same checks as the file; given
+the schema, it first checks the key itself, so a mistyped ``--set`` key is blamed on the ``--set``
+item (with the closest valid keys), not on the config file it is merged into.
 """
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 import types
 import typing
@@ -44,7 +48,8 @@ def from_dict(cls: type[T], data: Any, *, where: str = "config") -> T:
     names = [f.name for f in dataclasses.fields(cls) if f.init]
     unknown = sorted(set(data) - set(names))
     if unknown:
-        raise ConfigError(f"{where}: unknown key(s) {unknown}; known keys: {sorted(names)}")
+        raise ConfigError(f"{where}: unknown key(s) {unknown}; known keys: {sorted(names)}"
+                          + suggestion(unknown, names))
     kwargs = {k: coerce(v, hints[k], f"{where}.{k}") for k, v in data.items()}
     obj = cls(**kwargs)
     validate = getattr(obj, "validate", None)
@@ -110,6 +115,54 @@ def coerce(value: Any, typ: Any, where: str) -> Any:
     raise ConfigError(f"{where}: expected {getattr(typ, '__name__', typ)}, got {value!r}")
 
 
+def closest(key: str, known: typing.Iterable[str]) -> list[str]:
+    """Up to three of ``known`` that look like ``key`` (a typo's likely intent), best first."""
+    return difflib.get_close_matches(key, list(known), n=3, cutoff=0.6)
+
+
+def suggestion(unknown: typing.Sequence[str], known: typing.Iterable[str], prefix: str = "") -> str:
+    """``"; did you mean max_steps?"`` for the unknown keys that have a close known one, else ``""``."""
+    known = list(known)
+    hints = [(key, closest(key, known)) for key in unknown]
+    hints = [(key, [prefix + m for m in match]) for key, match in hints if match]
+    if not hints:
+        return ""
+    if len(unknown) == 1:
+        return f"; did you mean {' or '.join(hints[0][1])}?"
+    return "; did you mean " + ", ".join(f"{' or '.join(m)} (for {k})" for k, m in hints) + "?"
+
+
+def check_key(schema: type, path: typing.Sequence[str], where: str) -> None:
+    """Raise a ``ConfigError`` naming ``where`` unless ``path`` (``["train", "max_steps"]``) is a key
+    of dataclass ``schema``: each part a field, every part but the last a nested dataclass; below a
+    ``dict`` field (a tool's own section, e.g. DeepSpeed's) anything goes."""
+    node: Any = schema
+    for depth, part in enumerate(path):
+        if not dataclasses.is_dataclass(node):  # a pass-through dict: its owner checks it
+            return
+        names = [f.name for f in dataclasses.fields(node) if f.init]
+        parent = ".".join(path[:depth])
+        prefix = f"{parent}." if parent else ""
+        if part not in names:
+            place = f"in {parent}" if parent else "at the top level"
+            hint = suggestion([part], names, prefix)
+            raise ConfigError(f"{where}: unknown key {part!r} {place}"
+                              + (hint or f"; known: {', '.join(prefix + n for n in sorted(names))}"))
+        node = _dataclass_of(typing.get_type_hints(node)[part])
+        if node is None and depth < len(path) - 1:
+            raise ConfigError(f"{where}: {prefix}{part} is a value, not a section ({prefix}{part}=VALUE)")
+
+
+def _dataclass_of(typ: Any) -> Any:
+    """The nested dataclass (or ``dict``) an annotation holds, else None (a plain value)."""
+    if typing.get_origin(typ) in (Union, types.UnionType):
+        inner = [_dataclass_of(t) for t in typing.get_args(typ) if t is not type(None)]
+        return next((t for t in inner if t is not None), None)
+    if dataclasses.is_dataclass(typ) or typ is dict or typing.get_origin(typ) is dict:
+        return typ
+    return None
+
+
 def to_dict(obj: Any) -> dict[str, Any]:
     return dataclasses.asdict(obj)
 
@@ -139,17 +192,21 @@ def parse_value(text: str) -> Any:
         return text
 
 
-def apply_override(raw: dict[str, Any], item: str) -> None:
-    """Set ``a.b.c=value`` in the raw mapping (in place); ``from_dict`` type-checks it later."""
+def apply_override(raw: dict[str, Any], item: str, schema: type | None = None, *, flag: str = "--set") -> None:
+    """Set ``a.b.c=value`` in the raw mapping (in place); ``from_dict`` type-checks it later.
+    With ``schema`` (the config's dataclass) the key is checked first, and an error names
+    ``flag item`` (``--set train.max_step=3``) and the closest valid keys."""
     key, sep, text = item.partition("=")
     path = key.strip().split(".")
     if not sep or len(path) < 2 or not all(path):
-        raise ConfigError(f"override {item!r}: expected section.key=value")
+        raise ConfigError(f"{flag} {item}: expected section.key=value")
+    if schema is not None:
+        check_key(schema, path, f"{flag} {item}")
     node = raw
     for part in path[:-1]:
         node = node.setdefault(part, {})
         if not isinstance(node, dict):
-            raise ConfigError(f"override {item!r}: {part!r} is not a section")
+            raise ConfigError(f"{flag} {item}: {part!r} is not a section")
     node[path[-1]] = parse_value(text)
 
 

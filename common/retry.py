@@ -7,16 +7,20 @@ not continue the same object) and reads on from the position it had reached, eac
 seek with a budget of its own. An error is
 
 * **transient** when the store or the path to it may answer differently a moment later: HTTP
-  500/502/503/504 and 429/408, S3's ``SlowDown``, ``Throttling``/``ThrottlingException``,
-  ``RequestTimeout``, ``InternalError``, ``ServiceUnavailable``; a connection refused, reset,
-  aborted or closed before an answer; a timeout; a body shorter than its ``Content-Length``;
-  and ``Mismatch``, what the storage layer raises when a store answered but its answer is
+  500/502/503/504 and 429/408; the error codes and client-library errors a storage scheme
+  declares can pass (``common.storage_schemes``: S3's ``SlowDown``, ``Throttling``,
+  ``RequestTimeout``, ``InternalError``, ``ServiceUnavailable``..., botocore's and aiohttp's
+  connection errors); a connection refused, reset, aborted or closed before an answer; a
+  timeout; a body shorter than its ``Content-Length``; and ``Mismatch``, what the storage layer raises when a store answered but its answer is
   short (a write that left fewer bytes, a ranged read that came back short). These are
   retried: exponential backoff with full jitter (a delay drawn uniformly from ``[0, cap)``,
   the cap doubling from ``FIRST_DELAY_S`` to ``MAX_DELAY_S``), so that many workers throttled
   at once do not come back in lockstep, until the budget (``ELECTRA_STORE_RETRY_SECONDS``,
   default 300 s, read at each call) is spent; then ``StoreUnavailableError``, which a runner
-  can tell from a permanent error and retry the whole stage later.
+  can tell from a permanent error and retry the whole stage later. The budget bounds a stall,
+  not a call: an operation made of many requests (``storage.read_ranges``) starts it again
+  whenever an attempt completes one of them (``Attempts.progressed``), so it fails only when
+  none of its requests made progress for a whole budget, however long it runs in all.
 * **permanent** otherwise, and raised at once: access denied (``StorageError`` naming the
   credentials to check), a missing bucket (``StorageError``), a missing object
   (``FileNotFoundError``, which each storage call turns into its own answer: an error, None,
@@ -56,10 +60,9 @@ import random
 import time
 from typing import Any, Callable, TypeVar
 
-import aiohttp
-from botocore import exceptions as bx
-from botocore.parsers import ResponseParserError
 from fsspec.exceptions import FSTimeoutError
+
+from common import storage_schemes
 
 T = TypeVar("T")
 ENV = "ELECTRA_STORE_RETRY_SECONDS"
@@ -70,21 +73,9 @@ log = logging.getLogger("common.storage")
 _rng = random.Random()
 
 TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
-TRANSIENT_CODES = frozenset({"SlowDown", "Throttling", "ThrottlingException", "RequestTimeout",
-                             "RequestTimeoutException", "InternalError", "ServiceUnavailable",
-                             "TooManyRequestsException", "RequestLimitExceeded", "BandwidthLimitExceeded",
-                             "OperationAborted"})
-DENIED_CODES = frozenset({"AccessDenied", "AllAccessDisabled", "InvalidAccessKeyId", "SignatureDoesNotMatch",
-                          "ExpiredToken", "InvalidToken", "AccountProblem", "403"})
-
-
-# The connection, not the request, failed (s3fs, hence botocore and aiohttp, are dependencies).
-# botocore's ConnectionError: EndpointConnectionError, ConnectTimeoutError; its HTTPClientError:
-# ConnectionClosedError, ReadTimeoutError; ResponseParserError: throttles answering broken XML.
-_TRANSIENT_TYPES = (ConnectionError, TimeoutError, http.client.IncompleteRead, bx.ConnectionError,
-                    bx.HTTPClientError, bx.IncompleteReadError, bx.ResponseStreamingError, ResponseParserError,
-                    aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, aiohttp.ServerTimeoutError,
-                    FSTimeoutError)
+# The connection, not the request, failed, whatever the store; each scheme adds its client
+# library's own types (common.storage_schemes).
+_TRANSIENT_TYPES = (ConnectionError, TimeoutError, http.client.IncompleteRead, FSTimeoutError)
 _PERMANENT_TYPES = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError, FileExistsError)
 
 
@@ -155,12 +146,16 @@ def label(exc: BaseException) -> str:
                 return str(status)
         if code:
             return code
-        if isinstance(e, _TRANSIENT_TYPES):
+        if isinstance(e, _transient_types()):
             exc = e
             break
     text = " ".join(str(exc).split())
     text = text if len(text) <= 160 else text[:157] + "..."
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _transient_types() -> tuple[type, ...]:
+    return (*_TRANSIENT_TYPES, *storage_schemes.transient_types())
 
 
 def transient(exc: BaseException) -> bool:
@@ -171,14 +166,15 @@ def transient(exc: BaseException) -> bool:
     for e in chain(exc):
         status, code = _http(e)
         if status is not None or code:
-            return status in TRANSIENT_STATUS or code in TRANSIENT_CODES
-        if isinstance(e, _TRANSIENT_TYPES):
+            return status in TRANSIENT_STATUS or code in storage_schemes.transient_codes()
+        if isinstance(e, _transient_types()):
             return True
     return False
 
 
 def denied(exc: BaseException) -> bool:
-    return isinstance(exc, PermissionError) or any(s == 403 or c in DENIED_CODES for s, c in codes(exc))
+    denied_codes = storage_schemes.denied_codes()
+    return isinstance(exc, PermissionError) or any(s == 403 or c in denied_codes for s, c in codes(exc))
 
 
 def missing_bucket(exc: BaseException) -> bool:
@@ -197,21 +193,25 @@ def precondition_failed(exc: BaseException) -> bool:
 
 def permanent(uri: str, exc: BaseException) -> BaseException:
     """The error to raise for a permanent failure of ``uri``: one line naming the fix where we know it."""
-    scheme = uri.split("://", 1)[0].lower() if "://" in uri else "file"
+    scheme = storage_schemes.scheme(uri)
     if denied(exc):
-        if scheme in ("file", "local"):
+        if scheme.local:
             return StorageError(f"{uri}: permission denied; check the file's owner and mode")
-        creds = {"s3": "AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN",
-                 "gs": "GOOGLE_APPLICATION_CREDENTIALS", "gcs": "GOOGLE_APPLICATION_CREDENTIALS"}.get(scheme, "")
+        creds = ", ".join(scheme.credentials)
         what = f"the credentials ({creds})" if creds else "the credentials"
         return StorageError(f"{uri}: access denied ({label(exc)}); check {what} and the bucket policy")
     if missing_bucket(exc):
         bucket = uri.split("://", 1)[1].split("/", 1)[0]
-        endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or ""
-        at = f" at {endpoint}" if endpoint and scheme == "s3" else ""
-        return StorageError(f"{uri}: bucket {bucket!r} does not exist{at}; create it or correct the "
-                            "URI" + (" (or AWS_ENDPOINT_URL)" if scheme == "s3" else ""))
+        endpoint = endpoint_of(scheme)
+        at = f" at {endpoint}" if endpoint else ""
+        hint = f" (or {scheme.endpoint_env[-1]})" if scheme.endpoint_env else ""
+        return StorageError(f"{uri}: bucket {bucket!r} does not exist{at}; create it or correct the URI{hint}")
     return exc
+
+
+def endpoint_of(scheme: storage_schemes.Scheme) -> str:
+    """Where the store of ``scheme`` is, as its variables say ("" when they say nothing)."""
+    return next((os.environ[v] for v in scheme.endpoint_env if os.environ.get(v)), "")
 
 
 # ------------------------------------------------------------------------------ the budget
@@ -230,11 +230,14 @@ def budget_seconds() -> float:
 
 
 class Attempts:
-    """The attempts at one operation on one object, sharing one budget.
+    """The attempts at one operation, sharing one budget that progress renews.
 
     ``failed(exc)`` is called from an ``except`` block: it returns, after sleeping the backoff
     delay, when another attempt is worth making, and raises otherwise (the permanent error, or
-    ``StoreUnavailableError`` once the budget is spent).
+    ``StoreUnavailableError`` once the budget is spent). ``progressed()`` is called by an
+    operation of many requests when an attempt completed some of them: the budget starts again.
+    The backoff keeps growing across it: the requests still pending are the ones that keep
+    failing, and a throttling store gets no burst of fast retries from them.
     """
 
     def __init__(self, op: str, uri: str):
@@ -242,6 +245,12 @@ class Attempts:
         self.budget = budget_seconds()
         self.start = time.monotonic()
         self.count = 0
+        self.progressed_at = 0  # the number of the last attempt that completed some requests
+
+    def progressed(self) -> None:
+        """The attempt under way completed some of the operation's requests: the budget starts again."""
+        self.start = time.monotonic()
+        self.progressed_at = self.count + 1
 
     @property
     def elapsed(self) -> float:
@@ -257,11 +266,13 @@ class Attempts:
             raise out from exc
         elapsed = self.elapsed
         if elapsed >= self.budget:
-            spent = f"{self.count} attempts in {elapsed:.0f} s"
+            tried = f"{self.count} attempts" if not self.progressed_at else \
+                f"{self.count} attempts, the last {self.count - self.progressed_at} without progress"
+            spent = f"{tried} in {elapsed:.0f} s"
             if isinstance(exc, Mismatch):
                 raise StorageError(f"{uri}: {exc} ({spent})") from exc
             raise StoreUnavailableError(
-                f"{uri}: the store kept failing for {elapsed:.0f} s ({label(exc)}, {self.count} attempts): "
+                f"{uri}: the store kept failing for {elapsed:.0f} s ({label(exc)}, {tried}): "
                 f"it is unavailable or throttling; retry later or raise {ENV}") from exc
         cap = min(MAX_DELAY_S, FIRST_DELAY_S * 2 ** (self.count - 1))
         delay = min(_rng.uniform(0, cap), self.budget - elapsed)

@@ -3,7 +3,10 @@
 A location is a string: a local path, ``file://``, ``s3://``, ``gs://``, or ``http(s)://`` for
 reading. Each call resolves it through fsspec (``url_to_fs``), so the same code runs against a
 laptop's disk, AWS, GCS or an on-premises S3 server; nothing here assumes the machine that calls
-it is the machine that wrote the data (Ray workers and the driver share only the store).
+it is the machine that wrote the data (Ray workers and the driver share only the store). What
+differs between kinds of store (how the filesystem is opened, which errors can pass, the
+variables that locate it, whether it can be written) is declared per scheme in
+``common.storage_schemes``, one module each; nothing below names a scheme.
 
 Commit semantics, the same on every store:
 
@@ -36,11 +39,12 @@ report what the HEAD says; ``du`` sums the listing. ``read_range(s)`` slices
 (``data[start:end]``, clipped at the end) and an answer shorter than the object holds there is
 retried, then an error. Writes cost one HEAD more, for the check above.
 
-Credentials and endpoints come from the environment the client libraries already read:
-``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``,
-``AWS_DEFAULT_REGION`` (botocore, s3fs, pyarrow) and ``GOOGLE_APPLICATION_CREDENTIALS`` (gcsfs),
-so an on-premises S3 needs no flag. Listing caches are off: s3fs and gcsfs cache directory
-listings per process, and a driver with a stale cache would not see a part a worker just wrote.
+Credentials and endpoints come from the environment the client libraries already read (each
+scheme lists its variables: ``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``... for S3,
+``GOOGLE_APPLICATION_CREDENTIALS`` for GCS), so an on-premises S3 needs no flag; ``worker_env``
+gives them to Ray workers. Listing caches are off (the schemes' open options): s3fs and gcsfs
+cache directory listings per process, and a driver with a stale cache would not see a part a
+worker just wrote.
 """
 from __future__ import annotations
 
@@ -57,34 +61,27 @@ from fsspec.implementations.local import LocalFileSystem
 from common import retry
 from common.filemode import apply_umask
 from common.retry import MissingObject, StorageError, StoreUnavailableError  # noqa: F401  (this API)
-
-READ_ONLY = ("http", "https")
-# Environment variables that tell a client library where a store is and who we are; a Ray
-# cluster's workers get the driver's values (pipelines.engine.raydata.init_ray).
-STORE_ENV = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
-             "AWS_SESSION_TOKEN", "AWS_DEFAULT_REGION", "AWS_REGION", "GOOGLE_APPLICATION_CREDENTIALS",
-             "AWS_MAX_ATTEMPTS", "AWS_RETRY_MODE", retry.ENV)
-_NO_LISTING_CACHE = {"s3": {"use_listings_cache": False}, "gs": {"use_listings_cache": False},
-                     "gcs": {"use_listings_cache": False}}
+from common.storage_schemes import protocol, scheme  # noqa: F401  (protocol: this API)
 
 
-def protocol(uri: str) -> str:
-    """``file`` for local paths, else the URI scheme (``s3``, ``gs``, ``https``, ...)."""
-    uri = str(uri)
-    if "://" not in uri:
-        return "file"
-    return uri.split("://", 1)[0].lower()
+def worker_env() -> dict[str, str]:
+    """The variables that tell a client library where a store is and who we are (every declared
+    scheme's, and the retry budget), as set in this process: what a Ray cluster's workers get
+    (``pipelines.engine.raydata.init_ray``)."""
+    from common.storage_schemes import worker_env as names
+
+    return {k: os.environ[k] for k in (*names(), retry.ENV) if os.environ.get(k)}
 
 
 def is_local(uri: str) -> bool:
-    return protocol(uri) in ("file", "local")
+    return scheme(uri).local
 
 
 def url_to_fs(uri: str) -> tuple[fsspec.AbstractFileSystem, str]:
-    """The filesystem of ``uri`` and the path inside it (listing caches off)."""
+    """The filesystem of ``uri`` and the path inside it (opened with its scheme's options)."""
     uri = str(uri)
     try:
-        return fsspec.core.url_to_fs(uri, **_NO_LISTING_CACHE.get(protocol(uri), {}))
+        return fsspec.core.url_to_fs(uri, **scheme(uri).open_options)
     except (ImportError, ValueError) as exc:  # "Install s3fs to access S3", unknown protocol
         raise StorageError(f"{uri}: cannot open this kind of location ({exc})") from exc
 
@@ -147,7 +144,10 @@ def read_ranges(requests: list[tuple[str, int, int]]) -> list[bytes]:
 
     A range past the end is clipped as slicing clips it (the object's size is looked up only
     when an answer is short); an answer shorter than the object holds there is retried, then an
-    error. Failed ranges are retried, ranges already read are not."""
+    error. Failed ranges are retried, ranges already read are not. The retry budget is per
+    stall, not per call: it starts again after every attempt that read some range, so thousands
+    of ranges may take longer than the budget in all, and the call fails only when an attempt
+    finds that no range was read for a whole budget (``retry.Attempts.progressed``)."""
     for uri, start, end in requests:
         if not 0 <= int(start) <= int(end):
             raise ValueError(f"{uri}: byte range [{start}, {end}) is not 0 <= start <= end")
@@ -169,6 +169,8 @@ def read_ranges(requests: list[tuple[str, int, int]]) -> list[bytes]:
                     out[i] = _checked_range(uri, int(start), int(end), data)
                 except Exception as exc:  # noqa: BLE001 (the first failure decides, below)
                     failure, failed = (exc, uri) if failure is None else (failure, failed)
+            if len(pending) > sum(out[i] is None for i in pending):
+                attempts.progressed()  # some ranges were read: the budget starts again
             if failure is not None:
                 raise failure
         except Exception as exc:  # noqa: BLE001 (classified by Attempts.failed)
@@ -205,7 +207,7 @@ def open_input(uri: str, block_size: int | None = None) -> Iterator[IO[bytes]]:
     except FileNotFoundError as exc:
         raise MissingObject(f"{uri}: no such file") from exc
     if not isinstance(fs, LocalFileSystem) and getattr(f, "size", None) is not None and f.seekable():
-        f = retry.ResumableInput(uri, fs, path, kwargs, f, probe_end=protocol(uri) in ("s3", "s3a"))
+        f = retry.ResumableInput(uri, fs, path, kwargs, f, probe_end=scheme(uri).probe_end)
     with f:
         yield f
 
@@ -300,8 +302,12 @@ def du(uri: str) -> int:
 
 # ------------------------------------------------------------------------------ writing
 def _writable(uri: str) -> None:
-    if protocol(uri) in READ_ONLY:
-        raise StorageError(f"{uri}: {protocol(uri)}:// is read-only here; write to a path, s3:// or gs://")
+    if not scheme(uri).writable:
+        from common.storage_schemes import schemes
+
+        stores = [f"{s.names[0]}://" for s in schemes() if s.writable and not s.local]
+        where = ", ".join(["a path", *stores[:-1]]) + (f" or {stores[-1]}" if stores else "")
+        raise StorageError(f"{uri}: {protocol(uri)}:// is read-only here; write to {where}")
 
 
 def write_bytes(uri: str, data: bytes) -> None:
@@ -378,5 +384,5 @@ def check_output(uri: str) -> None:
     try:  # the bucket's own metadata (S3: HEAD bucket): s3fs's exists() says False on any error
         retry.call("check_output", uri, lambda: fs.info(bucket))
     except FileNotFoundError as exc:
-        where = os.environ.get("AWS_ENDPOINT_URL", "") if protocol(uri) == "s3" else ""
+        where = retry.endpoint_of(scheme(uri))
         raise StorageError(f"{uri}: bucket {bucket!r} does not exist" + (f" at {where}" if where else "")) from exc

@@ -1,18 +1,25 @@
 """Typed configuration of ELECTRA pre-training: model, objective, optimiser, data, train, DeepSpeed.
 
 Every field defaults to the paper's value (Clark et al. 2020, ELECTRA-Small unless noted; see
-docs/electra-reference.md §2-3), so a preset file only has to say what differs. Loading goes
-through the project's one strict loader (``common.config``): an unknown key anywhere in the typed
-sections is an error that lists the known keys (a typo that silently falls back to a default
-wastes a pre-training run), a wrong type or a value outside a ``Literal`` set fails naming the
-key, and each section's ``validate()`` checks ranges. The ``deepspeed`` section is DeepSpeed's
-own JSON config and is passed through untyped (DeepSpeed validates it).
+docs/electra-reference.md §2-3), and a preset (``electra/configs/NAME.json``) states only what
+differs from those defaults: ``small`` is empty, ``base`` and ``large`` give their sizes and
+schedules, ``tiny`` and ``mini`` scale the run down for a CPU. So a default changed here reaches
+every preset that does not set the field (the resolved config is what a run prints at start and
+writes to ``RUN/config.json``). The ``deepspeed`` section is DeepSpeed's own JSON config, passed
+through untyped (DeepSpeed validates it); a file's ``deepspeed`` section is merged key by key
+onto ``DEFAULT_DEEPSPEED``, so it too states only what differs.
+
+Loading goes through the project's one strict loader (``common.config``): an unknown key anywhere
+in the typed sections is an error that lists the known keys and the closest ones (a typo that
+silently falls back to a default wastes a pre-training run), a wrong type or a value outside a
+``Literal`` set fails naming the key, and each section's ``validate()`` checks ranges.
 
 Overrides (``section.key=value``, e.g. ``optimizer.lr=1e-4`` or
-``deepspeed.zero_optimization.stage=2``) parse the value as JSON when possible (numbers, booleans,
-``null``, lists) and as a plain string otherwise, then type-check it against the field, so
-``train.max_steps=ten`` fails loudly instead of becoming a string. A config file may be any
-storage location (``common.storage``).
+``deepspeed.zero_optimization.stage=2``) are checked against the schema before they are merged (an
+unknown key is blamed on the ``--set`` item, with the closest valid keys, not on the preset), then
+parse the value as JSON when possible (numbers, booleans, ``null``, lists) and as a plain string
+otherwise, then type-check it against the field, so ``train.max_steps=ten`` fails loudly instead
+of becoming a string. A config file may be any storage location (``common.storage``).
 
 The dataclasses are frozen: a loaded config is a value. What a run changes after loading (the
 vocabulary size taken from the corpus, the precision this machine can train in) is applied once,
@@ -22,6 +29,7 @@ frozen by this; ``electra.distributed.deepspeed_config`` copies it before fillin
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import typing
 from dataclasses import dataclass, field
@@ -31,8 +39,8 @@ from typing import Any, Literal, NamedTuple
 from common import config as strict
 from common.config import ConfigError, check
 
-__all__ = ["ConfigError", "DataConfig", "ElectraConfig", "ModelConfig", "ObjectiveConfig", "OptimizerConfig",
-           "TrainConfig", "apply_override", "load_config"]
+__all__ = ["DEFAULT_DEEPSPEED", "ConfigError", "DataConfig", "ElectraConfig", "ModelConfig", "ObjectiveConfig",
+           "OptimizerConfig", "TrainConfig", "apply_override", "load_config"]
 
 
 class GeneratorSizes(NamedTuple):
@@ -216,6 +224,10 @@ class TrainConfig:
     tf32: bool = True
     compile: bool = False
     activation_checkpointing: bool = False
+    # Run a GPU-sized config on a machine without a GPU anyway. Without it such a run (more than
+    # electra.pretrain_plan.CPU_STEP_FLOPS per optimizer step: base, large) is refused at start
+    # with the estimated time per step and the presets that fit a CPU (tiny, mini).
+    allow_cpu: bool = False
 
     def validate(self) -> None:
         check(self.micro_batch_size > 0 and self.global_batch_size > 0, "batch sizes must be positive")
@@ -226,6 +238,26 @@ class TrainConfig:
         check(self.eval_keep_every >= 0, "eval_keep_every must be >= 0 (0: no milestones)")
 
 
+# DeepSpeed's section for the paper's presets: ZeRO stage 1 (on one rank it costs nothing, and bf16
+# needs it for fp32 gradient accumulation: electra.distributed.deepspeed_config, which also sets
+# bf16/fp16 from train.precision and gradient_clipping from optimizer.grad_clip).
+DEFAULT_DEEPSPEED: dict[str, Any] = {
+    "zero_optimization": {"stage": 1},
+    "bf16": {"enabled": True},
+    "gradient_clipping": 1.0,
+    "steps_per_print": 1000000000,
+    "wall_clock_breakdown": False,
+}
+
+
+def merge(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with ``changes`` merged in key by key (nested dicts merged, other values replaced)."""
+    out = copy.deepcopy(base)
+    for key, value in changes.items():
+        out[key] = merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
 @dataclass(frozen=True)
 class ElectraConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -233,7 +265,7 @@ class ElectraConfig:
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
-    deepspeed: dict = field(default_factory=dict)
+    deepspeed: dict = field(default_factory=lambda: copy.deepcopy(DEFAULT_DEEPSPEED))
 
     @property
     def max_steps(self) -> int:
@@ -261,11 +293,18 @@ class ElectraConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], *, source: str = "config") -> ElectraConfig:
-        """Build and validate strictly; errors name ``source`` and the key (``config.train.seed``)."""
+        """Build and validate strictly; errors name ``source`` and the key (``config.train.seed``).
+        A ``deepspeed`` section is merged onto ``DEFAULT_DEEPSPEED`` (module docstring)."""
+        if isinstance(d, dict) and isinstance(d.get("deepspeed"), dict):
+            d = {**d, "deepspeed": merge(DEFAULT_DEEPSPEED, d["deepspeed"])}
         return strict.from_dict(cls, d, where=source)
 
+    def differences(self, other: ElectraConfig | None = None) -> dict[str, Any]:
+        """``{"train.max_steps": 10, "deepspeed.zero_optimization.stage": 0, ...}``: the values of
+        this config that differ from ``other`` (the defaults), by dotted key, in field order."""
+        return _flat_diff((other or ElectraConfig()).to_dict(), self.to_dict())
 
-_SECTIONS = ("model", "objective", "optimizer", "data", "train")
+
 PRESETS_DIR = Path(__file__).resolve().parent / "configs"
 
 
@@ -294,7 +333,8 @@ def config_location(name: str | Path) -> str:
 
 def load_config(path: str | Path, overrides: typing.Sequence[str] = ()) -> ElectraConfig:
     """Read a preset (by name) or a run config JSON (a path or URI), apply ``section.key=value``
-    overrides, validate."""
+    overrides (each checked against the schema first: an unknown key names the ``--set`` item),
+    merge onto the defaults, validate (an unknown key in the file names the file)."""
     path = config_location(path)
     raw = strict.load_json(str(path))
     for item in overrides:
@@ -305,13 +345,16 @@ def load_config(path: str | Path, overrides: typing.Sequence[str] = ()) -> Elect
 def apply_override(raw: dict[str, Any], item: str) -> None:
     """Set ``section.key=value`` in a raw config dict (in place); type checking happens in from_dict.
 
-    The typed sections are flat; only ``deepspeed.*`` (DeepSpeed's own tree) nests."""
-    key, sep, _ = item.partition("=")
-    parts = key.strip().split(".")
-    if sep and len(parts) >= 2 and all(parts):
-        if parts[0] not in _SECTIONS and parts[0] != "deepspeed":
-            raise ConfigError(f"override {item!r}: unknown section {parts[0]!r}; "
-                              f"known: {sorted([*_SECTIONS, 'deepspeed'])}")
-        if parts[0] in _SECTIONS and len(parts) != 2:
-            raise ConfigError(f"override {item!r}: section {parts[0]!r} is flat (section.key=value)")
-    strict.apply_override(raw, item)  # also rejects a malformed item ("expected section.key=value")
+    The typed sections are flat; only ``deepspeed.*`` (DeepSpeed's own tree) nests. A key that is
+    not in the schema is a ``ConfigError`` naming ``--set ITEM`` and the closest valid keys."""
+    strict.apply_override(raw, item, ElectraConfig)
+
+
+def _flat_diff(base: dict[str, Any], new: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in new.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            out.update(_flat_diff(base[key], value, f"{prefix}{key}."))
+        elif key not in base or base[key] != value:
+            out[f"{prefix}{key}"] = value
+    return out

@@ -126,7 +126,7 @@ def open_corpus(corpus: str, *, seq_len: int | None = None, tokenizer_sha256: st
     if seq_len is not None and manifest.seq_len != seq_len:
         raise CorpusMismatchError(f"{where}: corpus seq_len {manifest.seq_len} != config data.seq_len "
                                   f"{seq_len}; rebuild the corpus or set data.seq_len={manifest.seq_len}")
-    tok_uri = storage.join(root, manifest.tokenizer.path, "tokenizer.json")
+    tok_uri = schema.tokenizer_json(root, manifest.tokenizer.path)
     try:
         tok_bytes = storage.read_bytes(tok_uri)
     except storage.StorageError as exc:

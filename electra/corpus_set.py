@@ -21,6 +21,7 @@ from common import storage
 from common.hashing import sha256_bytes
 from electra.corpus import CorpusInfo, CorpusMismatchError, ShardRef, check_shards, open_corpus
 from electra.mixture import Mixture, takes_for
+from pipelines import schema
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +126,7 @@ def open_corpora(locations: Sequence[str], *, weights: Sequence[float] | None = 
             raise CorpusMismatchError(f"--data {first.root} and --data {other.root} have different tokenizers "
                                       f"(sha256 {first.tokenizer_sha256[:12]} vs {other.tokenizer_sha256[:12]}); "
                                       f"mixed corpora must share one: rebuild {other.root} with --tokenizer "
-                                      f"{first.tokenizer_uri}/tokenizer.json")
+                                      f"{first.tokenizer_uri}/{schema.TOKENIZER_JSON}")
     out = CorpusSet(corpora, tuple(weights) if weights is not None else None)
     where = ", ".join(locations)
     if data_sha256 is not None and out.data_sha256 != data_sha256:
@@ -144,5 +145,5 @@ def open_corpora(locations: Sequence[str], *, weights: Sequence[float] | None = 
 def _same_tokenizer(a: CorpusInfo, b: CorpusInfo) -> bool:
     """Whether two corpora's tokenizer.json files hold the same tokenizer (parsed, not bytes)."""
     def parsed(c: CorpusInfo):
-        return json.loads(storage.read_bytes(storage.join(c.tokenizer_uri, "tokenizer.json")))
+        return json.loads(storage.read_bytes(storage.join(c.tokenizer_uri, schema.TOKENIZER_JSON)))
     return parsed(a) == parsed(b)

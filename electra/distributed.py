@@ -46,7 +46,7 @@ import torch
 import torch.distributed as dist
 
 from common.config import ConfigError
-from electra.batch_geometry import batch_geometry
+from electra.batch_geometry import Resuming, batch_geometry
 from electra.config import ElectraConfig
 from electra.hardware import cpu_features, native_bf16
 
@@ -182,10 +182,13 @@ def effective_precision(precision: str) -> str:
     return "bf16" if precision == "bf16" and native_bf16("cpu", features=cpu_features()) else "fp32"
 
 
-def deepspeed_config(cfg: ElectraConfig, world_size: int) -> dict:
-    """Our config's deepspeed section with the fields the trainer owns filled in."""
+def deepspeed_config(cfg: ElectraConfig, world_size: int, *, resuming: Resuming | None = None) -> dict:
+    """Our config's deepspeed section with the fields the trainer owns filled in; ``resuming`` (what
+    the checkpoint being resumed fixes) narrows an unsplittable batch's suggestions to those a
+    resume accepts."""
     ds = copy.deepcopy(cfg.deepspeed)
-    geometry = batch_geometry(cfg.train.global_batch_size, cfg.train.micro_batch_size, world_size)
+    geometry = batch_geometry(cfg.train.global_batch_size, cfg.train.micro_batch_size, world_size,
+                              resuming=resuming)
     ds.update(train_batch_size=geometry.global_batch, train_micro_batch_size_per_gpu=geometry.micro_batch,
               gradient_accumulation_steps=geometry.accum, gradient_clipping=cfg.optimizer.grad_clip)
     ds["bf16"] = {**ds.get("bf16", {}), "enabled": cfg.train.precision == "bf16"}

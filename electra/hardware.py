@@ -11,10 +11,17 @@ reports the feature absent, the safe side (fp32).
 ``cpu_kind`` is the short label (AMX, AVX512-BF16, AVX512, AVX2, ...) that benchmark figures and
 reference curves carry: fp32 rounding, hence exact loss values and speed, depends on which matmul
 kernels ran.
+
+``matmul_flops_per_second`` measures what the matrix units deliver here, now (the machine's load
+included), in a run's precision: a square matmul, best of a few after a warm-up, a fraction of a
+second. Training spends most of its FLOPs in matmuls of about that size and does other work too,
+so FLOPs / this rate is a lower bound on a step's time: the estimate a CPU run of a GPU-sized
+config is refused with (``electra.pretrain_plan.check_fits_machine``).
 """
 from __future__ import annotations
 
 import platform
+import time
 
 import torch
 
@@ -52,3 +59,19 @@ def cpu_kind(features: set[str] | frozenset[str] | None = None) -> str:
         return "AVX512-BF16"
     capability = next(iter(sorted(feats - BF16_CPU_FEATURES)), "DEFAULT")
     return capability if capability != "DEFAULT" else platform.machine()
+
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def matmul_flops_per_second(precision: str = "fp32", *, size: int = 1024, repeats: int = 3) -> float:
+    """FLOP/s of a ``size`` x ``size`` matmul on this CPU in ``precision`` (best of ``repeats``)."""
+    a = torch.randn(size, size).to(DTYPES[precision])
+    b = torch.randn(size, size).to(DTYPES[precision])
+    torch.mm(a, b)  # warm-up: kernel selection, thread pool start
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        torch.mm(a, b)
+        best = min(best, time.perf_counter() - start)
+    return 2.0 * size ** 3 / max(best, 1e-9)

@@ -46,6 +46,7 @@ from common.filemode import apply_umask
 from electra import run_layout as layout
 from electra.config import ElectraConfig, ModelConfig
 from electra.model import ElectraEmbeddings, ElectraEncoder, ElectraForPretraining, build_encoder
+from pipelines import schema
 
 
 _LAYER = {  # ours (inside layers.{i}) -> HF (inside electra.encoder.layer.{i})
@@ -210,10 +211,8 @@ def export_checkpoint(step_dir: str | Path, out_dir: str | Path) -> Path:
     state = {k[len(prefix):]: v for k, v in checkpoint_state_dict(step_dir).items() if k.startswith(prefix)}
     model.load_state_dict(state, strict=True)
     tokenizer_dir = run_dir / layout.TOKENIZER
-    from electra.init_from import read_lineage
-
     export_hf(model, cfg.model, out_dir, tokenizer_dir=tokenizer_dir if tokenizer_dir.is_dir() else None,
-              lineage=read_lineage(run_dir))
+              lineage=layout.read_lineage(run_dir))
     return Path(out_dir)
 
 
@@ -223,25 +222,25 @@ def _fit_to_model(tok_files: dict[str, bytes], positions: int) -> dict[str, byte
     model cannot embed. transformers reads it from ``tokenizer_config.json`` only (``tokenizer.json``
     carries no length unless truncation is enabled in it, and ours is not: a call's own arguments
     decide). The corpus folder's value is a generic 512 and is not carried over."""
-    if "tokenizer_config.json" not in tok_files:
+    if schema.TOKENIZER_CONFIG not in tok_files:
         return tok_files
-    config = json.loads(tok_files["tokenizer_config.json"])
+    config = json.loads(tok_files[schema.TOKENIZER_CONFIG])
     config["model_max_length"] = int(positions)
-    return {**tok_files, "tokenizer_config.json": (json.dumps(config, indent=2, sort_keys=True) + "\n").encode()}
+    return {**tok_files, schema.TOKENIZER_CONFIG: (json.dumps(config, indent=2, sort_keys=True) + "\n").encode()}
 
 
 def _tokenizer_files(tokenizer_dir: str | Path | None) -> dict[str, bytes]:
     """The tokenizer files to write beside the model, derived from ``tokenizer.json`` (written
     as it is): ``tokenizer_config.json`` names the transformers class that loads it correctly,
-    and ``vocab.txt`` exists only for a BERT WordPiece (``pipelines.tokenizer.hf_files``), so an
+    and ``vocab.txt`` exists only for a BERT WordPiece (``pipelines.tokenizer_files.hf_files``), so an
     older or hand-made folder cannot leave a misleading ``vocab.txt`` or config behind."""
     from tokenizers import Tokenizer
 
-    from pipelines.tokenizer import hf_files
+    from pipelines.tokenizer_files import hf_files
 
     if tokenizer_dir is None:
         return {}
-    path = Path(tokenizer_dir) / "tokenizer.json"
+    path = Path(tokenizer_dir) / schema.TOKENIZER_JSON
     if not path.is_file():
         raise FileNotFoundError(f"{tokenizer_dir}: no tokenizer.json to export")
     data = path.read_bytes()
@@ -249,7 +248,7 @@ def _tokenizer_files(tokenizer_dir: str | Path | None) -> dict[str, bytes]:
         tok = Tokenizer.from_str(data.decode("utf-8"))
     except Exception as exc:  # tokenizers raises a bare Exception on malformed JSON
         raise ValueError(f"{path}: not a tokenizers tokenizer.json ({exc})") from exc
-    return {**hf_files(tok), "tokenizer.json": data}
+    return {**hf_files(tok), schema.TOKENIZER_JSON: data}
 
 
 def model_config_from_hf(disc: dict, gen: dict | None = None, *, source: str = "config.json") -> ModelConfig:
@@ -312,31 +311,6 @@ def load_discriminator_encoder(path: str | Path) -> tuple[ElectraEncoder, ModelC
 
 
 # ------------------------------------------------------------------------------ command line
-_WHERE = "give a checkpoint folder RUN/checkpoints/step_N or a run folder RUN written by electra.train"
-
-
-def resolve_checkpoint(path: str | Path) -> Path:
-    """``path`` as a complete step folder: itself, or a run folder's newest complete checkpoint
-    (``run_layout.find_latest``); FileNotFoundError naming the folder and the fix otherwise."""
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"{path}: no such folder; {_WHERE}")
-    if not path.is_dir():
-        raise FileNotFoundError(f"{path}: not a folder; {_WHERE}")
-    if layout.is_complete(path) and layout.run_dir_of(path) is not None:
-        return path
-    if layout.step_of(path) is not None and layout.run_dir_of(path) is not None:
-        raise FileNotFoundError(f"{path}: not a complete checkpoint (no {layout.META}: an interrupted write); "
-                                f"pass another step folder or the run folder {layout.run_dir_of(path)}")
-    if (path / layout.CHECKPOINTS).is_dir() or (path / layout.CONFIG).is_file():
-        latest = layout.find_latest(path)
-        if latest is None:
-            raise FileNotFoundError(f"{path}: no complete checkpoint in {path / layout.CHECKPOINTS} (a step_N "
-                                    f"folder with {layout.META}); train until one is saved, then export")
-        return latest
-    raise FileNotFoundError(f"{path}: neither a checkpoint folder nor a run folder; {_WHERE}")
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="electra-export",
@@ -351,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if out.exists() and not out.is_dir():
             raise FileExistsError(f"{out}: exists and is not a folder; choose another --out")
-        step_dir = resolve_checkpoint(args.checkpoint)
+        step_dir = layout.resolve_checkpoint(args.checkpoint)  # the run layout's one rule
         export_checkpoint(step_dir, out)
     except (OSError, ValueError) as exc:  # a user error: one line (a bug keeps its traceback)
         line = str(exc).replace("\n", " ")

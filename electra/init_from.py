@@ -44,13 +44,14 @@ from electra import run_layout as layout
 from electra import vocabulary as vocab
 from electra.config import PRESETS_DIR, ElectraConfig, ModelConfig, OptimizerConfig, config_location
 from electra.corpus import CorpusMismatchError
+from pipelines import schema
 
 log = logging.getLogger("electra.train")
 
 # The model fields a checkpoint decides: what its tensors' shapes and its normalisation need.
 ARCHITECTURE = ("vocab_size", "embedding_size", "hidden_size", "num_layers", "num_heads", "intermediate_size",
                 "generator_fraction", "max_position_embeddings", "type_vocab_size", "layer_norm_eps", "pad_token_id")
-LINEAGE = "lineage.json"
+LINEAGE = layout.LINEAGE  # RUN/lineage.json: the run directory's file (run_layout)
 _FORMS = ("a folder with discriminator/ and generator/ in Hugging Face format (a released pair, or RUN/hf), "
           "a run folder, or RUN/checkpoints/step_N")
 
@@ -70,7 +71,7 @@ class InitSource:
 
 def find_source(location: str) -> InitSource:
     """What ``location`` holds (module docstring); reads configs and tokenizer files, no weights."""
-    from electra.hf_export import model_config_from_hf, resolve_checkpoint
+    from electra.hf_export import model_config_from_hf
 
     path = Path(location).expanduser()
     if not path.exists():
@@ -90,11 +91,9 @@ def find_source(location: str) -> InitSource:
         files = tuple(_weights_file(path / side) for side in ("discriminator", "generator"))
         return InitSource(str(path), "hf", model, vocab.from_folder(str(tok_dir)), tok_dir, files)
     try:
-        step_dir = resolve_checkpoint(path)
-    except FileNotFoundError as exc:
-        raise FileNotFoundError(f"--init-from {location}: {exc}".replace(
-            "give a checkpoint folder RUN/checkpoints/step_N or a run folder RUN written by electra.train",
-            f"give {_FORMS}")) from None
+        step_dir = layout.resolve_checkpoint(path, forms=_FORMS)
+    except layout.NoCheckpoint as exc:
+        raise FileNotFoundError(f"--init-from {location}: {exc}") from None
     run_dir = layout.run_dir_of(step_dir)
     cfg = ElectraConfig.from_dict(_json(run_dir / layout.CONFIG), source=str(run_dir / layout.CONFIG))
     tok_dir = run_dir / layout.TOKENIZER
@@ -113,7 +112,7 @@ def _json(path: Path) -> dict:
 
 
 def _has_tokenizer(folder: Path) -> bool:
-    return (folder / "tokenizer.json").is_file() or (folder / "vocab.txt").is_file()
+    return (folder / schema.TOKENIZER_JSON).is_file() or (folder / schema.VOCAB_TXT).is_file()
 
 
 def _weights_file(folder: Path) -> Path:
@@ -287,7 +286,4 @@ def lineage(source: InitSource, *, resume_schedule: bool) -> dict[str, Any]:
                         for p in source.weight_files}}
 
 
-def read_lineage(run_dir: str | Path) -> dict[str, Any] | None:
-    """A run's ``lineage.json``, or None for a run from random weights."""
-    path = Path(run_dir) / LINEAGE
-    return json.loads(path.read_text()) if path.is_file() else None
+read_lineage = layout.read_lineage  # read where the run directory is defined (no import cycle with hf_export)

@@ -8,20 +8,19 @@ corpus build's config: an unknown key or a wrong type is an error naming it. The
 (``electra.pretrain_runner``) takes it through its phases; the command line
 (``electra/train.py``) and the Prefect flow (``flows/pretrain.py``) only build one.
 
-The command line's config flags (``--max-steps``, ``--seed``, ...) are generated from the
-``train`` section's dataclass by ``config_flags``: each becomes a ``train.<field>=value``
-override, so a new config field is a new flag with the same type checks, and no hand-written
-flag-to-key map can drift.
+The command line (``electra/train.py``) is generated from this job and from the ``train``
+section's dataclass by the one flag helper (``common.cli``): ``--config``, ``--data`` (repeatable),
+``--out``, ``--init-from``, ``--resume-schedule``, ``--set`` from ``PretrainJob``; ``--max-steps``,
+``--seed``, ... from ``TrainConfig``, each a ``train.<field>=value`` override, so a new config
+field is a new flag with the same type checks, and no hand-written flag-to-key map can drift.
 """
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import types
-import typing
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
+from common import cli
 from common import config as strict
 from common import storage
 from common.config import ConfigError, check
@@ -33,14 +32,22 @@ FLAG_ALIASES = {"micro-batch": "micro_batch_size"}
 
 @dataclass(frozen=True)
 class PretrainJob:
-    config: str  # a preset name (electra/configs) or a config location
-    data: list[str] | str  # corpus location(s): path, s3://, gs://, https://; several are mixed
-    out: str  # the run directory: a local or shared-filesystem path (DeepSpeed saves to paths)
-    overrides: list[str] = field(default_factory=list)  # section.key=value, applied in order
-    # Start from this checkpoint's weights (a Hugging Face pair folder, a run, a step folder)
-    init_from: str | None = None
-    # With init_from naming one of our checkpoints: continue its optimiser state and LR schedule
-    resume_schedule: bool = False
+    config: str = field(metadata={"help": "a preset by name (tiny, mini, small, base, large) or a config JSON "
+                                          "(path or URI)"})
+    data: list[str] | str = field(metadata={
+        "help": "corpus location: a path or s3:// gs:// https:// URI (manifest.json, tokenizer/, shards/); "
+                "repeatable: corpora mixed by data.weights (one per --data, in order)"})
+    out: str = field(metadata={  # DeepSpeed saves to paths
+        "help": "run directory (local or shared filesystem); rerunning resumes from its latest checkpoint"})
+    overrides: list[str] = field(default_factory=list, metadata={  # applied in order
+        "help": "any config field, e.g. optimizer.lr=1e-4 (repeatable; wins over the flags)", "metavar": "KEY=VALUE"})
+    init_from: str | None = field(default=None, metadata={
+        "metavar": "LOCATION",
+        "help": "start from these weights: a folder with discriminator/ and generator/ (Hugging Face; a released "
+                "pair or RUN/hf), a run folder or RUN/checkpoints/step_N; the architecture is the checkpoint's, "
+                "the optimiser and schedule start at step 0"})
+    resume_schedule: bool = field(default=False, metadata={
+        "help": "with --init-from one of our runs: continue its optimiser state and LR schedule"})
 
     @property
     def corpora(self) -> list[str]:
@@ -63,47 +70,26 @@ class PretrainJob:
         return strict.from_dict(cls, d, where=source)
 
 
-def _flag_type(annotation: Any) -> dict[str, Any]:
-    """argparse keywords for a config field's annotation (the loader type-checks the value again)."""
-    typ = annotation
-    if typing.get_origin(annotation) in (typing.Union, types.UnionType):  # X | None: the flag takes an X
-        typ = next(t for t in typing.get_args(annotation) if t is not type(None))
-    if typ is bool:
-        return {"action": argparse.BooleanOptionalAction}
-    if typing.get_origin(typ) is Literal:
-        return {"choices": list(typing.get_args(typ))}
-    return {"type": typ if typ in (int, float, str) else str}
-
-
-def config_flags(parser: argparse.ArgumentParser) -> None:
-    """One flag per ``train`` field (``--max-steps`` for ``train.max_steps``), default None."""
-    hints = typing.get_type_hints(TrainConfig)
-    aliases = {v: k for k, v in FLAG_ALIASES.items()}
-    group = parser.add_argument_group("train section (each flag is train.<key>=value)")
-    for f in dataclasses.fields(TrainConfig):
-        names = [f"--{f.name.replace('_', '-')}"] + ([f"--{aliases[f.name]}"] if f.name in aliases else [])
-        group.add_argument(*names, dest=f"train.{f.name}", default=None, **_flag_type(hints[f.name]),
-                           help=f"train.{f.name} (preset's value if not given; default {f.default!r})")
+def add_flags(parser: argparse.ArgumentParser) -> cli.Flags:
+    """The job's flags and one per ``train`` field (``--max-steps`` for ``train.max_steps``)."""
+    flags = cli.Flags(parser)
+    flags.fields(PretrainJob, names={"overrides": "set", "resume_schedule": "resume-schedule"})
+    flags.fields(TrainConfig, section="train", names={f: (f.replace("_", "-"), alias)
+                                                      for alias, f in FLAG_ALIASES.items()},
+                 title="train section (each flag is train.<key>=value; the preset's value if not given)")
+    return flags
 
 
 def flag_overrides(args: argparse.Namespace) -> list[str]:
     """The ``train.<key>=value`` overrides the config flags given on the command line stand for."""
-    import json
-
-    out = []
-    for f in dataclasses.fields(TrainConfig):
-        value = getattr(args, f"train.{f.name}", None)
-        if value is not None:
-            out.append(f"train.{f.name}={json.dumps(value) if not isinstance(value, str) else value}")
-    return out
+    return cli.as_overrides({k: v for k, v in cli.given(args).items() if k.startswith("train.")})
 
 
 def job_from_args(args: argparse.Namespace) -> PretrainJob:
     """The job a parsed command line asks for: flags first, then ``--set`` (which wins)."""
+    values = {k: v for k, v in cli.given(args).items() if "." not in k}
+    values["overrides"] = flag_overrides(args) + list(values.get("overrides", []))
     try:
-        return PretrainJob.from_dict({"config": args.config, "data": args.data, "out": args.out,
-                                      "overrides": flag_overrides(args) + list(args.set),
-                                      "init_from": getattr(args, "init_from", None),
-                                      "resume_schedule": bool(getattr(args, "resume_schedule", False))})
+        return PretrainJob.from_dict(values)
     except ConfigError as exc:  # the loader prefixes "job: "; the message names the flag already
         raise ConfigError(str(exc).removeprefix("job: ")) from None

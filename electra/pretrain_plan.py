@@ -23,6 +23,17 @@ the key or path, not minutes later as a traceback from every rank. In order:
    cannot work); with ``--resume-schedule`` and no checkpoint of its own, the same for the
    ``--init-from`` checkpoint.
 
+The runner's resolve phase then checks that the run fits the machine (``check_fits_machine``): a
+GPU-sized run on a machine without a GPU would start a model of hundreds of millions of
+parameters that takes hours per step and looks hung; it is refused in one line with the estimated
+time per step and the presets that fit a CPU, unless ``train.allow_cpu``. The line is decided by
+FLOPs per optimizer step, not by the preset's name or a measured time, so the same config gets
+the same answer on every machine and under any load: ``CPU_STEP_FLOPS`` lets ``tiny``, ``mini``
+and ``small`` on its 128-token corpus through and stops ``base`` and ``large`` at any corpus
+length (tests/electra/test_run_summary.py pins where the line falls), i.e. anything past about a
+minute per step at a CPU's tens of GFLOP/s. The estimate in the message uses the CPU's measured
+matmul rate (``electra.hardware.matmul_flops_per_second``), a lower bound on the step's time.
+
 The result, a frozen ``RunPlan``, is what the other phases (``electra.pretrain_runner``) use;
 ``electra.random_init`` resolves the same way, so its export is the run's step 0.
 """
@@ -46,8 +57,12 @@ from electra.corpus_set import CorpusSet, open_corpora
 from electra.init_from import InitSource, check_vocabulary, settle
 from electra.mixture import Mixture
 from electra.pretrain_job import PretrainJob
+from electra.universal_checkpoint import resume_split
+from pipelines import schema
 
 log = logging.getLogger("electra.train")
+CPU_STEP_FLOPS = 3e12  # training FLOPs per optimizer step above which a CPU run is refused (docstring)
+CPU_PRESETS = "tiny or mini"
 
 
 @dataclass(frozen=True)
@@ -104,6 +119,35 @@ def config_hash(cfg: ElectraConfig) -> str:
     return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def check_fits_machine(plan: RunPlan, *, cuda: bool) -> str | None:
+    """Refuse (``ConfigError``) a run of more than ``CPU_STEP_FLOPS`` per optimizer step on a
+    machine without a GPU unless ``train.allow_cpu``; with it, return the estimate to log. None
+    on a GPU and for a run a CPU can train."""
+    from electra.hardware import matmul_flops_per_second
+    from electra.run_summary import human, step_flops
+
+    cfg = plan.cfg
+    flops = step_flops(cfg)
+    if cuda or flops <= CPU_STEP_FLOPS:
+        return None
+    rate = matmul_flops_per_second(cfg.train.precision)
+    estimate = (f"{human(flops, 'FLOP')} per optimizer step ({cfg.train.global_batch_size} x {cfg.seq_len} tokens), "
+                f"at least {duration(flops / rate)} per step at this CPU's measured "
+                f"{human(rate, 'FLOP/s')} ({cfg.train.precision} matmuls)")
+    if cfg.train.allow_cpu:
+        return estimate
+    raise ConfigError(f"--config {plan.job.config} is sized for GPUs and this machine has none: {estimate}; "
+                      f"on a CPU use --config {CPU_PRESETS}, or --allow-cpu (train.allow_cpu=true) to run it anyway")
+
+
+def duration(seconds: float) -> str:
+    """45 -> '45 s', 750 -> '12 min', 30000 -> '8.3 h', 400000 -> '4.6 days'."""
+    for limit, scale, unit in ((90, 1, "s"), (5400, 60, "min"), (172800, 3600, "h")):
+        if seconds < limit:
+            return f"{seconds / scale:.2g} {unit}" if seconds / scale < 10 else f"{seconds / scale:.0f} {unit}"
+    return f"{seconds / 86400:.2g} days" if seconds < 864000 else f"{seconds / 86400:.0f} days"
+
+
 def world_size_from_env() -> int:
     """The launcher's world size (``WORLD_SIZE``), known before the process group exists."""
     return int(os.environ.get("WORLD_SIZE", "1"))
@@ -117,6 +161,21 @@ def check_run_dir(out: str) -> Path:
     if not os.access(parent, os.W_OK | os.X_OK):
         raise ConfigError(f"--out {out}: {parent} is not writable; choose a run directory you can write")
     return path
+
+
+def no_train_shards(corpus: CorpusSet) -> str:
+    """The one line for a corpus set with nothing to train on, naming the likely cause: a train
+    split left empty because documents are split whole (one long book drew validation)."""
+    for c in corpus.corpora:
+        train, validation = c.manifest.splits.get("train"), c.manifest.splits.get("validation")
+        if (train is None or not train.num_documents) and validation is not None and validation.num_documents:
+            fraction = (c.manifest.config.get("pack") or {}).get("validation_fraction")
+            return (f"{c.root}: no train shards to read (the corpus's train split is empty: its "
+                    f"{validation.num_documents} document(s) all went to validation; documents are split "
+                    f"whole, pack.validation_fraction={fraction}); rebuild it with --validation-fraction 0 "
+                    f"or more documents")
+    listed = sum(len(c.manifest.shards_for("train")) for c in corpus.corpora)
+    return f"{', '.join(corpus.locations)}: no train shards to read (manifest lists {listed}); rebuild the corpus"
 
 
 def resolve(job: PretrainJob, *, world_size: int | None = None, precision: str | None = None) -> RunPlan:
@@ -144,13 +203,16 @@ def resolve(job: PretrainJob, *, world_size: int | None = None, precision: str |
                           f"at {manifest_seq_len}; drop data.seq_len (the corpus's is used) or rebuild the corpus")
     cfg = resolve_run_config(requested, corpus_seq_len=manifest_seq_len, corpus_vocab_size=corpus.vocab_size,
                              precision=precision or D.effective_precision(requested.train.precision))
-    ds_config = D.deepspeed_config(cfg, world_size)  # the batch geometry, logged once, is its part
+    # Resuming fixes parts of the batch split (the global batch, with ZeRO-3 the world size): an
+    # unsplittable batch then suggests only world sizes the resume accepts.
+    resuming = None if prior is None else resume_split(
+        resume_dir, zero_stage=cfg.deepspeed.get("zero_optimization", {}).get("stage", 0))
+    ds_config = D.deepspeed_config(cfg, world_size, resuming=resuming)  # the batch geometry, logged once, is its part
     geometry = BatchGeometry(ds_config["train_batch_size"], world_size, ds_config["train_micro_batch_size_per_gpu"],
                              ds_config["gradient_accumulation_steps"])
     train, skipped, mixture = corpus.shards("train", skip_corrupt=cfg.data.skip_corrupt)
     if not train:
-        raise ConfigError(f"{', '.join(corpus.locations)}: no train shards to read (manifest lists "
-                          f"{sum(len(c.manifest.shards_for('train')) for c in corpus.corpora)}); rebuild the corpus")
+        raise ConfigError(no_train_shards(corpus))
     validation, skipped_val, _ = corpus.shards("validation", skip_corrupt=cfg.data.skip_corrupt)
     resume = None
     if prior is not None:
@@ -199,5 +261,5 @@ def corpus_vocabulary(corpus: CorpusSet):
     from electra.vocabulary import from_tokenizer_json
 
     primary = corpus.primary
-    uri = storage.join(primary.tokenizer_uri, "tokenizer.json")
+    uri = storage.join(primary.tokenizer_uri, schema.TOKENIZER_JSON)
     return from_tokenizer_json(storage.read_bytes(uri), uri, lowercase=primary.manifest.tokenizer.lowercase)

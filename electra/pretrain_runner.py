@@ -5,10 +5,12 @@
 
 * **resolve** (``electra.pretrain_plan.resolve``): config, corpus, shard listing, run directory,
   batch geometry, DeepSpeed config and resume plan, checked on every rank before any
-  distributed start-up: a user error is one line within seconds.
+  distributed start-up: a user error is one line within seconds. Then whether the run fits the
+  machine (``check_fits_machine``: a GPU-sized run on a CPU is refused unless ``train.allow_cpu``).
 * **prepare**: join the process group (DeepSpeed's CPU shm op is skipped for one process), and
-  rank 0 readies the run directory: deletes checkpoints a kill left incomplete, writes
-  ``config.json`` (the resolved config) and ``deepspeed_config.json``, and copies the corpus
+  rank 0 prints the config once (``electra.run_summary``: what differs from the defaults, and
+  the derived values) and readies the run directory: deletes checkpoints a kill left incomplete,
+  writes ``config.json`` (the full resolved config) and ``deepspeed_config.json``, and copies the corpus
   tokenizer into ``RUN/tokenizer`` (every export reads that copy, so any checkpoint can be
   exported without the corpus, which may be remote). Rank 0's shard listing is broadcast, so
   every rank plans from the same answer even if the store changed between their listings.
@@ -27,12 +29,13 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 
 from common import storage
 from electra import distributed as D
 from electra import run_layout as layout
 from electra.pretrain_job import PretrainJob
-from electra.pretrain_plan import RunPlan, resolve
+from electra.pretrain_plan import RunPlan, check_fits_machine, resolve
 from electra.seeding import seed_everything
 from electra.trainer import StartState, Trainer, TrainHooks
 
@@ -73,13 +76,23 @@ class PretrainRunner:
         return self.trainer
 
     def resolve(self) -> RunPlan:
+        import torch
+
         self.plan = resolve(self.job)
+        estimate = check_fits_machine(self.plan, cuda=torch.cuda.is_available())
+        if estimate is not None and os.environ.get("RANK", "0") == "0":  # before the process group
+            log.warning("train.allow_cpu: a GPU-sized run on a CPU: %s", estimate)
         return self.plan
 
     def prepare(self) -> None:
         plan = self.plan
         self.dist = D.init_distributed()
         if self.dist.rank == 0:
+            from electra.run_summary import summary_lines
+
+            for line in summary_lines(plan.cfg, plan.geometry, config=self.job.config,
+                                      written_to=str(plan.run_dir / layout.CONFIG)):
+                log.info("%s", line)
             layout.clean_incomplete(plan.run_dir)
             for name, obj in ((layout.CONFIG, plan.cfg.to_dict()), (layout.DEEPSPEED_CONFIG, plan.ds_config)):
                 storage.write_bytes(str(plan.run_dir / name), (json.dumps(obj, indent=2) + "\n").encode())
@@ -109,9 +122,7 @@ class PretrainRunner:
             log.info("fast path: %s", ", ".join(fast))
         optimizer = build_optimizer(objective, plan.cfg.optimizer, device="cuda" if torch.cuda.is_available() else "cpu")
         if rank0:
-            log.info("optimizer: %s; batch: global %d = micro %d x %d ranks x %d accumulation steps",
-                     type(optimizer).__name__, plan.geometry.global_batch, plan.geometry.micro_batch,
-                     plan.geometry.world_size, plan.geometry.accum)
+            log.info("optimizer: %s", type(optimizer).__name__)
         if plan.resume is not None:  # rank 0 converts to the universal layout when the world size changed
             if rank0:
                 log.info("resume: %s", plan.resume.message)

@@ -4,7 +4,7 @@
         [--seed N] [--set section.key=value ...]
 
 writes ``DIR/discriminator`` and ``DIR/generator`` in Hugging Face format with the corpus tokenizer,
-so ``python -m flows.evaluate --checkpoint DIR`` fine-tunes it exactly as it fine-tunes a
+so ``python -m cli.evaluate --checkpoint DIR`` fine-tunes it exactly as it fine-tunes a
 pre-trained export: same recipe, same heads, same code path. What pre-training buys is then the
 difference between the two rows, with nothing else changed.
 

@@ -9,8 +9,9 @@ so a rename or a new completeness rule cannot leave one of them behind::
         deepspeed_config.json     the DeepSpeed config derived from it
         tokenizer/                the run's copy of the corpus tokenizer (exports read it)
         metrics.jsonl             train/eval/data records (electra.metrics_log)
+        lineage.json              where a run started from with --init-from (electra.init_from)
         hf/                       the final Hugging Face export (discriminator/, generator/)
-        eval/step_NNNNNNNN/       fine-tuning results of one checkpoint (flows.evaluate)
+        eval/step_NNNNNNNN/       fine-tuning results of one checkpoint (cli.evaluate)
         eval/skipped.jsonl        checkpoints the evaluation hand-off gave up on (electra.eval_handoff)
         checkpoints/
             step_NNNNNNNN/        one checkpoint; complete iff meta.json is in it
@@ -19,6 +20,11 @@ so a rename or a new completeness rule cannot leave one of them behind::
                 eval_claimed.json the pin once an evaluation has claimed it (electra.eval_handoff)
                 hf/               its export when train.export_every_checkpoint is on
             latest                text file naming the newest complete step dir
+
+Which checkpoint a path names is decided here once, ``resolve_checkpoint``: a complete step dir
+is itself; a run folder stands for the checkpoint training would resume from (``find_latest``).
+Resume, export (``electra-export``), ``--init-from`` and evaluation all resolve through it, so a
+run folder never means one checkpoint to the trainer and another to the evaluation.
 
 A step dir without ``meta.json`` is an interrupted write: it is never listed, resumed from or
 evaluated, and ``clean_incomplete`` deletes it at the next start. ``latest`` is a hint, not the
@@ -55,6 +61,7 @@ TOKENIZER = "tokenizer"
 METRICS = "metrics.jsonl"
 TENSORBOARD = "tensorboard"
 HF = "hf"
+LINEAGE = "lineage.json"
 EVAL = "eval"
 PIN = "eval_pending.json"  # a pin waiting for its evaluation (electra.eval_handoff)
 CLAIM = "eval_claimed.json"  # the same pin, renamed once an evaluation has claimed the checkpoint
@@ -124,6 +131,13 @@ def read_meta(step_dir: str | Path) -> dict[str, Any]:
     return data
 
 
+def read_lineage(run_dir: str | Path) -> dict[str, Any] | None:
+    """A run's ``lineage.json`` (``electra.init_from`` writes it), or None for a run from random
+    weights."""
+    path = Path(run_dir) / LINEAGE
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
 @dataclass
 class CheckpointMeta:
     step: int
@@ -164,6 +178,42 @@ def find_latest(run_dir: str | Path) -> Path | None:
         log.warning("%s names %s, which is incomplete; falling back to the newest complete one", pointer, target)
     complete = step_dirs(run_dir)
     return complete[-1] if complete else None
+
+
+class NoCheckpoint(FileNotFoundError):
+    """A path that names no complete checkpoint; the message is one line naming it and the fix."""
+
+
+CHECKPOINT_FORMS = "a checkpoint folder RUN/checkpoints/step_N or a run folder RUN written by electra.train"
+
+
+def is_run_dir(path: str | Path) -> bool:
+    """A run folder: it has ``checkpoints/`` or the trainer's ``config.json``."""
+    return checkpoints_dir(path).is_dir() or (Path(path) / CONFIG).is_file()
+
+
+def resolve_checkpoint(path: str | Path, *, forms: str = CHECKPOINT_FORMS) -> Path:
+    """The complete checkpoint ``path`` names: a complete step dir is itself, a run folder its
+    ``find_latest``. Anything else is ``NoCheckpoint``, one line naming the path and what to give
+    instead (``forms``: the caller's own list of what it accepts)."""
+    path = Path(path)
+    if not path.exists():
+        raise NoCheckpoint(f"{path}: no such folder; give {forms}")
+    if not path.is_dir():
+        raise NoCheckpoint(f"{path}: not a folder; give {forms}")
+    run = run_dir_of(path)
+    if run is not None and step_of(path) is not None:
+        if is_complete(path):
+            return path
+        raise NoCheckpoint(f"{path}: not a complete checkpoint (no {META}: an interrupted write); "
+                           f"pass another step folder or the run folder {run}")
+    if is_run_dir(path):
+        latest = find_latest(path)
+        if latest is None:
+            raise NoCheckpoint(f"{path}: no complete checkpoint in {checkpoints_dir(path)} (a step_N "
+                               f"folder with {META}); train until one is saved")
+        return latest
+    raise NoCheckpoint(f"{path}: neither a checkpoint folder nor a run folder; give {forms}")
 
 
 def clean_incomplete(run_dir: str | Path) -> list[Path]:

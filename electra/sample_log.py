@@ -12,16 +12,24 @@ over ranks of step ``S``'s keys is the global batch of step ``S``, which the ela
 (``electra.sample_order``) makes the same for any number of ranks: the log is how a resume on
 another number of GPUs is checked, and how an audit finds what a model saw.
 
-A resumed run truncates the file to the resumed step first (a killed run may have logged steps
-after its last checkpoint, which the resumed run trains again), so each step appears once.
+A resumed run cuts the logs to the resumed step first (a killed run may have logged steps after
+its last checkpoint, which the resumed run trains again), so each step appears once: every rank
+its own file, and rank 0 the files of ranks at or beyond the new world size (a resume on fewer
+ranks), whose later steps would otherwise join the union of a step they no longer train. The
+cut happens whether or not the resumed run logs: a log then ends where logging stopped, never
+with steps that were trained again unlogged. A cut file is replaced whole (written beside it,
+then renamed), so a kill during the cut leaves the old file or the new one.
 Lines are flushed per step: a kill loses at most the step being written, which resume redoes.
 """
 from __future__ import annotations
 
 import json
+import os
+import re
 from pathlib import Path
 
 SAMPLES = "samples"
+_RANK_FILE = re.compile(r"rank(\d+)\.jsonl")
 
 
 def sample_log_path(run_dir: str | Path, rank: int) -> Path:
@@ -37,21 +45,46 @@ def read_sample_log(run_dir: str | Path, rank: int) -> dict[int, list[tuple[int,
     return out
 
 
-class SampleLog:
-    """Appends one line per step for one rank; a no-op when disabled."""
+def cut_sample_log(path: Path, resume_step: int) -> None:
+    """Keep the lines of steps up to ``resume_step`` (module docstring)."""
+    lines = path.read_text().splitlines(keepends=True)
+    kept = [line for line in lines if line.strip() and json.loads(line)["step"] <= resume_step]
+    if kept == lines:
+        return
+    tmp = path.with_name(f".{path.name}.cut")
+    tmp.write_text("".join(kept))
+    os.replace(tmp, path)
 
-    def __init__(self, run_dir: str | Path, rank: int, *, enabled: bool, resume_step: int = 0):
+
+def cut_departed_ranks(run_dir: str | Path, *, resume_step: int, world_size: int) -> list[int]:
+    """Cut the logs of ranks ``>= world_size`` (left by a run on more ranks) to ``resume_step``;
+    returns those ranks. Called by rank 0 alone: no rank of this run writes them."""
+    folder = Path(run_dir) / SAMPLES
+    ranks = sorted(int(m.group(1)) for f in (folder.iterdir() if folder.is_dir() else ())
+                   if (m := _RANK_FILE.fullmatch(f.name)))
+    departed = [r for r in ranks if r >= world_size]
+    for r in departed:
+        cut_sample_log(sample_log_path(run_dir, r), resume_step)
+    return departed
+
+
+class SampleLog:
+    """Appends one line per step for one rank; a no-op when disabled (but a resumed run's old
+    logs are cut to its step either way; rank 0 also cuts those of ranks beyond ``world_size``)."""
+
+    def __init__(self, run_dir: str | Path, rank: int, *, enabled: bool, resume_step: int = 0,
+                 world_size: int | None = None):
         self.enabled = enabled
         self.pending: list[list[int]] = []
         self._file = None
+        path = sample_log_path(run_dir, rank)
+        if path.exists():  # keep the steps up to the resumed one (module docstring)
+            cut_sample_log(path, resume_step)
+        if rank == 0 and world_size is not None:
+            cut_departed_ranks(run_dir, resume_step=resume_step, world_size=world_size)
         if not enabled:
             return
-        path = sample_log_path(run_dir, rank)
         path.parent.mkdir(parents=True, exist_ok=True)
-        if path.exists():  # keep the steps up to the resumed one (module docstring)
-            kept = [line for line in path.read_text().splitlines(keepends=True)
-                    if line.strip() and json.loads(line)["step"] <= resume_step]
-            path.write_text("".join(kept))
         self._file = open(path, "a")
 
     def add(self, keys: list[tuple[int, ...]]) -> None:

@@ -30,32 +30,19 @@ import argparse  # noqa: E402
 import logging  # noqa: E402
 import os  # noqa: E402
 
-from electra.pretrain_job import config_flags, job_from_args  # noqa: E402
+from electra.pretrain_job import add_flags, job_from_args  # noqa: E402
 
 log = logging.getLogger("electra.train")
 PROG = "electra-train"
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The job's flags (``electra.pretrain_job.add_flags``, generated from its dataclasses) and
+    the process's own: ``--debug`` and the launcher's ``--local_rank``."""
     p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n")[0])
-    p.add_argument("--config", required=True,
-                   help="a preset by name (tiny, mini, small, base, large) or a config JSON (path or URI)")
-    p.add_argument("--data", required=True, action="append",
-                   help="corpus location: a path or s3:// gs:// https:// URI (manifest.json, tokenizer/, shards/); "
-                        "repeatable: corpora mixed by data.weights (one per --data, in order)")
-    p.add_argument("--out", required=True,
-                   help="run directory (local or shared filesystem); rerunning resumes from its latest checkpoint")
-    p.add_argument("--init-from", metavar="LOCATION",
-                   help="start from these weights: a folder with discriminator/ and generator/ (Hugging Face; "
-                        "a released pair or RUN/hf), a run folder or RUN/checkpoints/step_N; the architecture is "
-                        "the checkpoint's, the optimiser and schedule start at step 0")
-    p.add_argument("--resume-schedule", action="store_true",
-                   help="with --init-from one of our runs: continue its optimiser state and LR schedule")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="any config field, e.g. optimizer.lr=1e-4 (repeatable; wins over the flags)")
+    add_flags(p)
     p.add_argument("--debug", action="store_true", help="show the traceback of a user error")
     p.add_argument("--local_rank", type=int, default=-1, help="set by the deepspeed launcher")
-    config_flags(p)
     return p
 
 

@@ -92,7 +92,7 @@ class Trainer:
                                               prefetch=data.prefetch_shards, start=start.position)
         self.metrics = MetricsLog(self.run_dir, enabled=self.rank0, resume_step=self.step)
         self.samples = SampleLog(self.run_dir, dist.rank, enabled=self.cfg.data.log_samples,
-                                 resume_step=self.step)
+                                 resume_step=self.step, world_size=dist.world_size)
 
     def _stream_plan(self, shards: tuple, *, shuffle: bool, mixture=None) -> sdata.StreamPlan:
         cfg, g = self.cfg, self.plan.geometry

@@ -77,7 +77,9 @@ Trainer integration (every rank, after ``init_distributed``, BEFORE building the
 ``load_checkpoint`` without ``universal=True`` refuses, in one line, a checkpoint that needs it
 (instead of DeepSpeed's refusal or a silent mis-load). Not this module's: where each rank's data
 stream resumes on the new world size (``electra.data``), and the batch geometry (the global batch
-stays; gradient accumulation absorbs the change, ``electra.batch_geometry``).
+stays; gradient accumulation absorbs the change, ``electra.batch_geometry``; ``resume_split`` tells
+it what a resume fixes, so that a batch the new world size cannot split is met with world sizes
+``plan_resume`` accepts).
 
 Conversion needs the checkpoint on a filesystem every rank sees (the run directory is local or
 shared, ``electra.trainer.run_dir``), and the other ranks wait for rank 0 at a barrier, within
@@ -102,11 +104,12 @@ from pathlib import Path
 from typing import Callable
 
 from electra import run_layout as layout
+from electra.batch_geometry import Resuming
 
 log = logging.getLogger(__name__)
 
 __all__ = ["ResumePlan", "ResumeRefused", "SavedLayout", "convert", "ds_config_for_resume", "plan_resume",
-           "prepare_universal", "prune_orphans", "saved_layout", "universal_dir"]
+           "prepare_universal", "prune_orphans", "resume_split", "saved_layout", "universal_dir"]
 
 SUFFIX = ".universal"
 CONVERT_COMMAND = "python -m electra.universal_checkpoint"
@@ -176,6 +179,21 @@ def saved_layout(step_dir: str | Path) -> SavedLayout:
     return SavedLayout(world_size=int(world), zero_stage=stage, precision=_precision(ds_config))
 
 
+def same_world_only(saved_stage: int, zero_stage: int) -> bool:
+    """ZeRO-3 on either side: the checkpoint resumes on its own world size (and stage, precision) only."""
+    return saved_stage == 3 or zero_stage == 3
+
+
+def resume_split(step_dir: str | Path, *, zero_stage: int) -> Resuming:
+    """What resuming ``step_dir`` with ``zero_stage`` fixes for the batch split, so that an
+    unsplittable batch is met with world sizes ``plan_resume`` accepts
+    (``electra.batch_geometry.batch_geometry(..., resuming=...)``). Reads what ``plan_resume`` reads."""
+    meta = layout.CheckpointMeta.read(step_dir)
+    saved = saved_layout(step_dir)
+    return Resuming(global_batch=meta.global_batch_size, saved_world_size=saved.world_size,
+                    same_world_only=same_world_only(saved.zero_stage, int(zero_stage)))
+
+
 def plan_resume(step_dir: str | Path, *, world_size: int, zero_stage: int, precision: str) -> ResumePlan:
     """Decide how to resume ``step_dir`` on ``world_size`` ranks with ``zero_stage`` and
     ``precision`` (this run's DeepSpeed config); call it BEFORE building the engine, on every
@@ -199,7 +217,7 @@ def plan_resume(step_dir: str | Path, *, world_size: int, zero_stage: int, preci
         if p0 != precision:  # only fp16 can differ (bf16 needs ZeRO): FP16_Optimizer's state is another shape
             raise ResumeRefused(f"{here}: the saved optimiser state is {p0}'s; resume with train.precision={p0}")
         return plan(False, f"{here}: ZeRO-0 state is replicated, loads directly")
-    if s0 == 3 or zero_stage == 3:
+    if same_world_only(s0, zero_stage):
         raise ResumeRefused(
             f"{here}: ZeRO-3 resumes only on the same world size, stage and precision (DeepSpeed's ZeRO-3 "
             f"universal load gives every param group the first group's weight decay); resume on {w0} rank(s) "

@@ -20,6 +20,7 @@ from typing import NamedTuple
 
 from common import storage
 from common.hashing import sha256_bytes
+from pipelines import schema
 
 SPECIAL = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 
@@ -88,7 +89,7 @@ def from_folder(folder: str) -> Vocabulary:
     a corpus's tokenizer folder), chosen as build-corpus's ``--tokenizer FOLDER`` chooses: a
     BERT-family folder's ``vocab.txt`` (lower-cased unless ``do_lower_case`` says otherwise, as
     BertTokenizer), else ``tokenizer.json``."""
-    config_uri = storage.join(folder, "tokenizer_config.json")
+    config_uri = storage.join(folder, schema.TOKENIZER_CONFIG)
     config: dict = {}
     if storage.exists(config_uri):
         try:
@@ -96,7 +97,7 @@ def from_folder(folder: str) -> Vocabulary:
         except json.JSONDecodeError as exc:
             raise ValueError(f"{config_uri}:{exc.lineno}: invalid JSON: {exc.msg}") from exc
     stated = config.get("do_lower_case") if isinstance(config.get("do_lower_case"), bool) else None
-    tok_uri, vocab_uri = storage.join(folder, "tokenizer.json"), storage.join(folder, "vocab.txt")
+    tok_uri, vocab_uri = storage.join(folder, schema.TOKENIZER_JSON), storage.join(folder, schema.VOCAB_TXT)
     has_json, has_vocab = storage.exists(tok_uri), storage.exists(vocab_uri)
     if has_vocab and (config.get("tokenizer_class") in BERT_CLASSES or not has_json):
         text = storage.read_bytes(vocab_uri).decode("utf-8")

@@ -28,9 +28,10 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, Sequence
 
-from .glue_tasks import GlueExample, TaskSpec
+from .glue_tasks import GlueExample
 from .predictions import glue_metrics_from_rows
 from .squad_metrics import squad_evaluate
+from .task_spec import TaskSpec
 
 
 def majority_label(task: TaskSpec, labels: Sequence[str]) -> str:
@@ -58,7 +59,7 @@ def glue_baseline(task: TaskSpec, train: Sequence[GlueExample],
     if not rows:
         return {"name": name, "prediction": prediction, "metrics": {}}
     return {"name": name, "prediction": prediction,
-            "metrics": glue_metrics_from_rows(task.name, rows)}
+            "metrics": glue_metrics_from_rows(task, rows)}
 
 
 def squad_no_answer_baseline(dev: Sequence[Any], *, version: str) -> dict[str, Any]:

@@ -16,8 +16,8 @@ A run's evaluations live beside its checkpoints (``RUN/eval/``, ``electra.run_la
 with ``RUN/eval/skipped.jsonl`` listing the checkpoints that will never be evaluated and why
 (``electra.eval_handoff``).
 
-``default_out``: a step dir → ``RUN/eval/step_N``; a run dir → the eval folder of its newest
-complete checkpoint (``resolve_target`` also turns the run dir into that step dir, so the
+``default_out``: a step dir → ``RUN/eval/step_N``; a run dir → the eval folder of the checkpoint
+it stands for (``resolve_target`` also turns the run dir into that step dir, so the
 evaluation is keyed to one checkpoint, not to whatever is newest later); a run's final export
 ``RUN/hf`` → ``RUN/eval/hf``; any other Hugging Face folder → ``<folder>/eval``.
 """
@@ -38,14 +38,14 @@ OWN_FOLDER = "eval"  # beside a Hugging Face folder that is not part of a run
 
 
 def resolve_target(checkpoint: str | Path) -> Path:
-    """The checkpoint an evaluation is about: a run dir becomes its newest complete step dir
-    (a run with no checkpoints, or any other folder, stays as given)."""
+    """The checkpoint an evaluation is about: a run dir becomes the checkpoint it stands for
+    (``run_layout.resolve_checkpoint``); a run with no complete checkpoint, a step dir that is
+    gone (the runner records why) and a Hugging Face folder stay as given."""
     path = Path(checkpoint).resolve()
-    if layout.checkpoints_dir(path).is_dir():
-        steps = layout.step_dirs(path)
-        if steps:
-            return steps[-1]
-    return path
+    try:
+        return layout.resolve_checkpoint(path)
+    except layout.NoCheckpoint:
+        return path
 
 
 def default_out(checkpoint: str | Path) -> Path:

@@ -23,12 +23,14 @@ checkpoint is refused with a one-line error rather than mixed into it or overwri
 """
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Mapping
 
+from common import cli
 from common import config as strict
 from common.config import ConfigError, check
 
@@ -36,26 +38,42 @@ from electra import run_layout as layout
 
 from . import eval_layout
 from .glue_tasks import TaskSpec, get_task
+from .recipe import FinetuneRecipe
 
 GLUE_DIR_ENV = "ELECTRA_GLUE_DIR"
 SQUAD_DIR_ENV = "ELECTRA_SQUAD_DIR"
 DEFAULT_TASKS = ("CoLA", "MRPC", "STS-B", "RTE")
+# Recipe fields with no flag of their own: the job's ``seeds`` sets num_seeds; length_caps is
+# recorded by the run, not asked for.
+RECIPE_WITHOUT_FLAGS = ("num_seeds", "length_caps")
+# Flags kept under their historical names (scripts use them): field -> flag names.
+RECIPE_FLAG_NAMES = {"num_threads": ("threads", "num-threads")}
 
 
 @dataclass(frozen=True)
 class EvaluationJob:
-    checkpoint: str  # run dir, checkpoint step dir, or HF export (evaluation.sources)
-    out: str | None = None  # None: eval_layout.default_out
-    glue_dir: str | None = None  # None: $ELECTRA_GLUE_DIR
-    tasks: str | None = None  # None: DEFAULT_TASKS when a GLUE folder is known; "": none
-    squad_dir: str | None = None  # None: $ELECTRA_SQUAD_DIR (unset: no SQuAD)
-    squad_version: Literal["1.1", "2.0"] = "1.1"
-    seeds: int | None = None  # fine-tuning seeds per task (None: the recipe's 10)
+    checkpoint: str = field(metadata={  # evaluation.sources
+        "help": "run dir (its newest checkpoint), checkpoint step dir or HF export"})
+    out: str | None = field(default=None, metadata={  # None: eval_layout.default_out
+        "help": "evaluation folder (default: RUN/eval/step_N for a checkpoint of a run, <folder>/eval for an "
+                "HF export)"})
+    glue_dir: str | None = field(default=None, metadata={
+        "help": f"folder in the official GLUE download layout (default: ${GLUE_DIR_ENV})"})
+    tasks: str | None = field(default=None, metadata={  # "": none
+        "help": f"comma-separated GLUE tasks (default: {','.join(DEFAULT_TASKS)}, the four with the smallest "
+                "training sets; '' for none)"})
+    squad_dir: str | None = field(default=None, metadata={  # unset: no SQuAD
+        "help": f"folder with train-v<V>.json and dev-v<V>.json (default: ${SQUAD_DIR_ENV})"})
+    squad_version: Literal["1.1", "2.0"] = field(default="1.1", metadata={"help": "SQuAD version"})
+    seeds: int | None = field(default=None, metadata={
+        "help": "fine-tuning seeds per task (median reported; default: the recipe's 10)"})
     recipe: dict = field(default_factory=dict)  # FinetuneRecipe overrides
-    workers: int = 1  # processes fine-tuning (task, seed) units in parallel
-    # an evaluation folder of the same model at random initialisation, shown beside every score
-    # (None: RUN/eval/random_init when the checkpoint's run has one)
-    reference: str | None = None
+    workers: int = field(default=1, metadata={
+        "help": "processes fine-tuning (task, seed) units in parallel, each with cores/workers threads (one "
+                "per GPU on GPUs)"})
+    reference: str | None = field(default=None, metadata={
+        "help": "evaluation folder of the model at random initialisation, shown beside every score (default: "
+                "RUN/eval/random_init when it exists)"})
 
     def validate(self) -> None:
         check(bool(self.checkpoint), "checkpoint must name a run, a checkpoint or an HF export")
@@ -97,20 +115,32 @@ class EvaluationJob:
     def load(cls, *, env: Mapping[str, str] | None = None, **values: Any) -> EvaluationJob:
         """The job from keyword values (None = not given), data folders from ``env`` (default
         ``os.environ``) where not given; every user error here is one ``ConfigError`` line."""
+        job, origin = cls._build(env, values)
+        job._check_data(origin)
+        job._check_checkpoint()
+        target = eval_layout.resolve_target(job.checkpoint)
+        if target != Path(job.checkpoint).resolve():  # a run folder: its newest checkpoint, once
+            job = dataclasses.replace(job, checkpoint=str(target))
+        return job
+
+    @classmethod
+    def check_data(cls, *, env: Mapping[str, str] | None = None, **values: Any) -> None:
+        """``load``'s checks of the tasks and data folders alone, for a request that names no
+        checkpoint yet (the scan: every checkpoint it finds gets these values)."""
+        job, origin = cls._build(env, {**values, "checkpoint": "(each checkpoint found)"})
+        job._check_data(origin)
+
+    @classmethod
+    def _build(cls, env: Mapping[str, str] | None, values: dict[str, Any]) -> tuple[EvaluationJob, dict[str, str]]:
         env = os.environ if env is None else env
         values = {k: v for k, v in values.items() if v is not None}
         origin = {}
         for key, var in (("glue_dir", GLUE_DIR_ENV), ("squad_dir", SQUAD_DIR_ENV)):
             if key not in values and env.get(var):
                 values[key], origin[key] = env[var], f"${var}"
-        job = strict.from_dict(cls, values, where="evaluation job")
-        job._check_inputs(origin)
-        target = eval_layout.resolve_target(job.checkpoint)
-        if target != Path(job.checkpoint).resolve():  # a run folder: its newest checkpoint, once
-            job = dataclasses.replace(job, checkpoint=str(target))
-        return job
+        return strict.from_dict(cls, values, where="evaluation job"), origin
 
-    def _check_inputs(self, origin: dict[str, str]) -> None:
+    def _check_data(self, origin: dict[str, str]) -> None:
         specs = self.task_specs
         if specs and not self.glue_dir:
             raise ConfigError(f"--tasks {','.join(s.name for s in specs)} needs a GLUE folder: "
@@ -124,6 +154,10 @@ class EvaluationJob:
                 name = origin.get(key, "--" + key.replace("_", "-"))
                 raise ConfigError(f"{name}={given}: no such folder (it should hold the official "
                                   f"{'GLUE download: CoLA/, MRPC/, ...' if key == 'glue_dir' else 'SQuAD train/dev JSON files'})")
+        if specs and self.glue_dir:
+            self._check_task_folders(specs, origin.get("glue_dir", "--glue-dir"))
+
+    def _check_checkpoint(self) -> None:
         target = self.target
         # a checkpoint step dir that is gone is the runner's to record (pruned, skipped)
         if not target.exists() and layout.step_of(target) is None:
@@ -132,6 +166,27 @@ class EvaluationJob:
             raise ConfigError(f"--checkpoint {self.checkpoint}: a run folder with no complete "
                               "checkpoint and no hf/ export yet; nothing to evaluate")
 
+    def _check_task_folders(self, specs: list[TaskSpec], name: str) -> None:
+        """Every asked task's train and dev files present, else one line naming the missing
+        tasks and the ``--tasks`` that evaluates the ones present (before any fine-tuning: a
+        missing task would otherwise fail only after the others ran). A file that is present
+        but malformed fails its task alone, in the runner's plan."""
+        from .glue_tasks import GlueDataError, check_files
+
+        missing = {}
+        for spec in specs:
+            try:
+                check_files(spec, self.glue_dir)
+            except GlueDataError as exc:
+                missing[spec.name] = str(exc)
+        if not missing:
+            return
+        present = [s.name for s in specs if s.name not in missing]
+        first = next(iter(missing.values()))
+        way = (f"evaluate the tasks it has with --tasks {','.join(present)}" if present else
+               "point it at the official GLUE download (CoLA/, MRPC/, ...)")
+        raise ConfigError(f"{name}={self.glue_dir} lacks {', '.join(missing)} ({first}); {way}")
+
     @property
     def step_dir(self) -> Path | None:
         """The checkpoint as ``RUN/checkpoints/step_N`` when it is one (existing or not)."""
@@ -139,3 +194,21 @@ class EvaluationJob:
         if layout.run_dir_of(target) is not None and layout.step_of(target) is not None:
             return target
         return None
+
+
+def add_flags(parser: argparse.ArgumentParser, *, skip: tuple[str, ...] = ()) -> cli.Flags:
+    """The job's flags (``common.cli``: one per ``EvaluationJob`` field but ``skip``) and one per
+    recipe field (``--lr`` sets ``recipe.lr``)."""
+    flags = cli.Flags(parser)
+    flags.fields(EvaluationJob, skip=skip)
+    flags.fields(FinetuneRecipe, section="recipe", skip=RECIPE_WITHOUT_FLAGS, names=RECIPE_FLAG_NAMES,
+                 defaults=False, title="fine-tuning recipe (default: the paper's recipe for the model's size)")
+    return flags
+
+
+def job_values(args: argparse.Namespace) -> dict[str, Any]:
+    """The keyword values a parsed command line gives ``EvaluationJob.load`` (and the flows):
+    the flags given, the recipe ones as the ``recipe`` mapping (always present, maybe empty)."""
+    values = cli.nested(cli.given(args))
+    values.setdefault("recipe", {})
+    return values

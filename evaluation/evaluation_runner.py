@@ -30,7 +30,9 @@
   then ``results.json`` last, then the checkpoint's evaluation pin is released
   (``eval_handoff.release``: pruning of the run may resume).
 
-The Prefect flow (``flows/evaluate.py``) runs the same phases, the units as Prefect tasks.
+``PHASES`` names them in order and ``drive`` runs a slice of them: ``run()`` drives them all in
+this process; the Prefect flow (``flows/evaluate.py``) drives the same list, the units as Prefect
+tasks.
 """
 from __future__ import annotations
 
@@ -55,6 +57,8 @@ from .squad_data import SquadDataError
 from .squad_finetune import check_squad_data, finetune_squad, squad_files, squad_task_name
 
 log = logging.getLogger("evaluation.evaluate")
+# The phases in order (``drive``): ``check`` is repeated under the folder's lease; the Prefect
+# flow runs ``claim`` onwards inside an evaluation slot and ``run`` as Prefect tasks.
 PHASES = ("check", "claim", "resolve", "plan", "run", "publish")
 RANDOM_INIT = "random_init"  # RUN/eval/random_init: the run's model at random initialisation
 
@@ -138,6 +142,10 @@ class EvaluationRunner:
         self.failed: dict[str, str] = {}  # this run's failed tasks: task -> error
         self.per_seed = job.workers > 1
         self.claimed = False  # this run claimed the checkpoint's pin (and releases it)
+        self.units: list[Unit] = []  # plan's units; run's outcomes (a unit -> its result or error)
+        self.outcomes: dict[Unit, Any] = {}
+        self.published = False  # publish ran: results.json and report.html are written
+        self.finished: list[str] = []  # the tasks results.json holds after publish
 
     # -- names ---------------------------------------------------------------------------------
     @property
@@ -158,20 +166,40 @@ class EvaluationRunner:
             return early
         try:
             with self.lease():
-                early = self.check() or self.claim() or self.resolve()
-                if early is not None:
-                    return early
-                outcomes = {}
-                for unit in self.plan():
-                    try:
-                        outcomes[unit] = run_unit(self.context, unit)
-                    except Exception as exc:  # noqa: BLE001 - recorded, the other units go on
-                        outcomes[unit] = exc
-                results = self.publish(outcomes)
+                outcome = self.drive(PHASES)
         except LeaseHeld as held:
             return self.in_progress(held)
-        self.raise_failures()
-        return results
+        if self.published:
+            self.raise_failures()
+        return outcome
+
+    def drive(self, phases: tuple[str, ...], run_units: Callable[[list[Unit]], dict[Unit, Any]] | None = None
+              ) -> dict[str, Any] | None:
+        """Run ``phases`` (a slice of ``PHASES``) in order until one ends the run: an early
+        outcome (already evaluated, skipped) or, at ``publish``, the results. ``run_units`` runs
+        the planned units (default: in this process, one after another; the Prefect flow passes
+        its tasks); a unit's exception is its outcome, so the other units go on."""
+        for phase in phases:
+            if phase == "plan":
+                self.units = self.plan()
+            elif phase == "run":
+                self.outcomes = (run_units or self._run_here)(self.units)
+            elif phase == "publish":
+                return self.publish(self.outcomes)
+            else:
+                early = getattr(self, phase)()
+                if early is not None:
+                    return early
+        return None
+
+    def _run_here(self, units: list[Unit]) -> dict[Unit, Any]:
+        outcomes: dict[Unit, Any] = {}
+        for unit in units:
+            try:
+                outcomes[unit] = run_unit(self.context, unit)
+            except Exception as exc:  # noqa: BLE001 - recorded, the other units go on
+                outcomes[unit] = exc
+        return outcomes
 
     def in_progress(self, held: LeaseHeld) -> dict[str, Any]:
         """What a run returns when another live run holds the folder (nothing was done)."""
@@ -277,6 +305,7 @@ class EvaluationRunner:
                             loss_curve=self._loss_curve(results),
                             references={n: report.read_results(f) for n, f in references.items()} or None)
         report.write_results(self.out, results)  # last: its presence marks a finished evaluation
+        self.published, self.finished = True, list(results["tasks"])
         step = self.job.step_dir
         if self.claimed:
             self.claimed = False
@@ -286,9 +315,16 @@ class EvaluationRunner:
         return results
 
     def raise_failures(self) -> None:
+        """``EvaluationFailed`` naming the failed tasks, where the others' results are, and the
+        two ways on: fix the data and rerun (only the failed tasks are redone), or leave them
+        out with ``--tasks`` (the finished ones)."""
         if self.failed:
-            raise EvaluationFailed(f"{len(self.failed)} task(s) failed (results.json in {self.out} "
-                                   f"holds the others; rerun to redo only these): {self.failed}")
+            detail = "; ".join(f"{task}: {error}" for task, error in self.failed.items())
+            keep = [t for t in self.finished if not t.startswith("SQuAD")]
+            way = (f", or leave them out: --tasks {','.join(keep)}" if keep else "")
+            raise EvaluationFailed(
+                f"{len(self.failed)} task(s) failed ({detail}); {eval_layout.RESULTS} and {eval_layout.REPORT} in "
+                f"{self.out} hold the others; fix the data and rerun to redo only these{way}")
 
     # -- helpers -------------------------------------------------------------------------------
     def _fail(self, task: str, exc: BaseException, *, seed: int | None = None) -> None:

@@ -9,10 +9,10 @@ head, the paper's recipe (``loop.train``), predictions on every dev split writte
 so reported and recomputed scores are the same numbers by construction. Beside them the task's
 majority-class (STS-B: training-mean) baseline on the same dev sets (``baselines``).
 
-The MNLI model also predicts the AX diagnostic set and, when present, WNLI's test set (WNLI is an
-entailment task; the GLUE baselines and BERT submit it from an NLI model or as the majority
-class): ``entailment`` → 1, anything else → 0. Test predictions of every seed are kept;
-``glue_submission`` uses the median seed's.
+A task's model also predicts the test sets of other folders its spec names
+(``TaskSpec.also_predicts``: the MNLI model predicts the AX diagnostic set and WNLI's test set),
+relabelled as the spec says (MNLI → WNLI: ``entailment`` → 1, anything else → 0). Test
+predictions of every seed are kept; ``glue_submission`` uses the median seed's.
 
 Every data file is parsed (labels and rows checked) before the first step. Each finished seed is
 saved at once (``results.save_seed``) under a key of checkpoint, recipe and the files' sha256, so a
@@ -31,13 +31,14 @@ import numpy as np
 import torch
 
 from . import baselines, glue_tasks
-from .glue_tasks import GlueExample, TaskSpec
+from .glue_tasks import GlueExample
 from .heads import FinetuneModel, SequenceHead, sequence_loss
 from .loop import load_tokenizer, predict, resolve_device, seed_everything, train
-from .metrics import PRIMARY
 from .predictions import class_probabilities, glue_rows, prediction_path, recompute_metrics, write_predictions
 from .recipe import FinetuneRecipe, cap_lengths, infer_size, recipe_for_size
 from .results import SeedResult, TaskResult, hash_files, load_seed, resume_key, save_seed
+from .task_spec import TaskSpec
+from .tasks import get_task
 
 
 def recipe_for_model(model_dir: str | Path, **overrides: Any) -> FinetuneRecipe:
@@ -56,14 +57,12 @@ def recipe_for_model(model_dir: str | Path, **overrides: Any) -> FinetuneRecipe:
 
 
 def task_data_files(task: TaskSpec, glue_dir: str | Path) -> list[Path]:
-    """Every file ``finetune_glue`` reads for ``task`` (train, dev, test; MNLI: AX, WNLI test)."""
+    """Every file ``finetune_glue`` reads for ``task`` (train, dev, test, and the other folders'
+    test sets it predicts: MNLI's AX and WNLI test)."""
     files = glue_tasks.check_files(task, glue_dir)
     files += list(glue_tasks.find_test_files(task, glue_dir).values())
-    if task.name == "MNLI":
-        files += [Path(glue_dir) / rel for rel in glue_tasks.AX_CANDIDATES
-                  if (Path(glue_dir) / rel).is_file()][:1]
-        files += list(glue_tasks.find_test_files(glue_tasks.TASKS["WNLI"], glue_dir).values())
-    return files
+    extras = (glue_tasks.find_extra(extra, glue_dir) for extra in task.also_predicts)
+    return files + [path for path in extras if path is not None]
 
 
 def load_model(model_dir: str | Path, head_fn, device: torch.device) -> FinetuneModel:
@@ -93,7 +92,8 @@ def _decode(task: TaskSpec, logits: list[np.ndarray]) -> tuple[list, list | None
     prediction files so seeds can be ensembled and scores recomputed)."""
     out = np.stack(logits) if logits else np.zeros((0, task.num_labels))
     if task.kind == "regression":
-        return [round(float(v) * 5.0, 6) for v in out[:, 0]], None  # trained on score / 5
+        scale = task.score_range[1]  # trained on score / the top of the range
+        return [round(float(v) * scale, 6) for v in out[:, 0]], None
     return [task.labels[int(i)] for i in out.argmax(axis=1)], class_probabilities(task.labels, out)
 
 
@@ -105,20 +105,17 @@ def _test_sets(task: TaskSpec, glue_dir: Path,
     if loaded is not None:
         loaded.update(tests)
     sets = {s: g.examples for s, g in tests.items()}
-    if task.name == "MNLI":
-        ax = glue_tasks.read_ax(glue_dir)
-        if ax is not None:
-            sets["ax"] = ax[1]
-        wnli = glue_tasks.TASKS["WNLI"]
-        for s, p in glue_tasks.find_test_files(wnli, glue_dir).items():
-            sets["wnli_" + s] = glue_tasks.read_tsv(p, task=wnli, layout=wnli.test, split=s)
+    for extra in task.also_predicts:
+        found = glue_tasks.read_extra(extra, glue_dir)
+        if found is not None:
+            sets[extra.split] = found[1]
     return sets
 
 
 def _test_label(task: TaskSpec, split: str, label):
-    if split.startswith("wnli_"):
-        return "1" if label == "entailment" else "0"
-    return label
+    """A test prediction as its set's submission wants it (``ExtraTest.relabel``)."""
+    extra = next((e for e in task.also_predicts if e.split == split), None)
+    return extra.relabel[label] if extra is not None and extra.relabel is not None else label
 
 
 def check_task_data(task: TaskSpec | str, glue_dir: str | Path) -> dict[str, int]:
@@ -127,7 +124,7 @@ def check_task_data(task: TaskSpec | str, glue_dir: str | Path) -> dict[str, int
     A flow calls it for all tasks before the first fine-tuning step, so a malformed row in the
     last task is reported at once, not after hours spent on the first ones.
     """
-    task = glue_tasks.get_task(task) if isinstance(task, str) else task
+    task = get_task(task) if isinstance(task, str) else task
     splits = {s: glue_tasks.read_split(task, glue_dir, s) for s in ("train", *task.eval_splits)}
     splits.update(_test_sets(task, Path(glue_dir)))
     return {s: len(rows) for s, rows in splits.items()}
@@ -143,7 +140,7 @@ def finetune_glue(task: TaskSpec | str, *, model_dir: str | Path, glue_dir: str 
     those seeds of the recipe without changing the resume key: parallel workers each take some
     seeds, and a last call with all seeds assembles the saved ones.
     """
-    task = glue_tasks.get_task(task) if isinstance(task, str) else task
+    task = get_task(task) if isinstance(task, str) else task
     glue_dir, out_dir = Path(glue_dir), Path(out_dir)
     data_files = hash_files(task_data_files(task, glue_dir))
     key = resume_key(checkpoint=checkpoint or str(model_dir), recipe=recipe.to_dict(),
@@ -161,7 +158,7 @@ def finetune_glue(task: TaskSpec | str, *, model_dir: str | Path, glue_dir: str 
     # what predicting the training majority (STS-B: the training mean) scores on these dev sets
     baseline = baselines.glue_baseline(task, train_ex, eval_sets)
     result = lambda seeds: TaskResult(  # noqa: E731
-        task=task.name, primary=PRIMARY[task.name], seeds=seeds,
+        task=task.name, primary=task.primary, seeds=seeds,
         num_train=len(glue_tasks.training_examples(task, train_ex)),
         num_eval={s: len(e) for s, e in eval_sets.items()}, data_files=data_files,
         skipped_rows=glue_tasks.skipped_summary(loaded), baseline=baseline)
@@ -178,7 +175,8 @@ def finetune_glue(task: TaskSpec | str, *, model_dir: str | Path, glue_dir: str 
     device = resolve_device(recipe)
 
     def loss_fn(out, idx, dev):
-        return sequence_loss(out.logits, targets[idx].to(dev), regression=regression)
+        return sequence_loss(out.logits, targets[idx].to(dev), regression=regression,
+                             score_scale=task.score_range[1])
 
     seeds = []
     for seed in wanted:

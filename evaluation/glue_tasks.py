@@ -1,8 +1,9 @@
-"""GLUE task registry and readers for the official GLUE download layout.
+"""Readers for the official GLUE download layout: a task's files into examples.
 
-Each of the nine tasks (plus the AX diagnostic set) is a ``TaskSpec``: its folder name, its kind
-(classification or regression), its label set, the splits it is evaluated on, and one ``Layout``
-per file kind saying which tab-separated column holds what.
+What each task's files hold (columns, labels, splits) is its ``TaskSpec``
+(``evaluation.task_spec``), declared in ``evaluation/tasks/<name>.py``; this module reads any
+task by its spec. ``TASKS``, ``get_task`` and ``parse_task_list`` are the registry's
+(``evaluation.tasks``), importable from here too.
 
 Files are read as plain TSV, split on ``\\t`` with NO quote handling: the official files contain
 unbalanced double quotes (MRPC, STS-B) that a CSV reader would glue across lines. Blank lines at
@@ -24,9 +25,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .task_spec import ExtraTest, GlueDataError, Layout, TaskSpec
+from .tasks import TASKS, get_task, parse_task_list
 
-class GlueDataError(ValueError):
-    """Bad GLUE input: the message names the file (and line) and what was expected."""
+__all__ = ["TASKS", "ExtraTest", "GlueDataError", "GlueExample", "GlueSplit", "Layout", "SkippedRow",
+           "TaskSpec", "check_files", "find_extra", "find_test_files", "get_task", "load_split",
+           "load_tsv", "parse_task_list", "read_extra", "read_split", "read_tsv", "skipped_summary",
+           "split_path", "training_examples"]
 
 
 @dataclass(frozen=True)
@@ -64,104 +69,6 @@ def skipped_summary(splits: dict[str, GlueSplit]) -> dict[str, dict[str, Any]]:
     return {name: {"path": str(s.path), "skipped": len(s.skipped),
                    "rows": [r.to_dict() for r in s.skipped[:20]]}
             for name, s in splits.items() if s.skipped}
-
-
-@dataclass(frozen=True)
-class Layout:
-    """Column positions in one kind of file; negative indices count from the end."""
-
-    text_a: int
-    text_b: int | None = None
-    label: int | None = None
-    guid: int | None = None
-    header: bool = True
-    num_fields: int | None = None  # fixed field count for header-less files
-
-
-@dataclass(frozen=True)
-class TaskSpec:
-    name: str
-    kind: str  # "classification" | "regression"
-    labels: tuple[str, ...]  # empty for regression
-    train: Layout
-    dev: Layout
-    test: Layout
-    eval_splits: tuple[str, ...] = ("dev",)
-    test_splits: tuple[str, ...] = ("test",)
-    epochs: int = 3
-    both_orders: bool = False  # MRPC and STS-B train on (a, b) and (b, a)
-    score_range: tuple[float, float] = (0.0, 5.0)
-    skip_malformed: bool = False  # QQP, MNLI: skip and count rows with a wrong field count
-
-    @property
-    def num_labels(self) -> int:
-        return 1 if self.kind == "regression" else len(self.labels)
-
-    def label_index(self, label: str) -> int:
-        return self.labels.index(label)
-
-
-_PAIR = Layout(guid=0, text_a=1, text_b=2, label=-1)
-_PAIR_TEST = Layout(guid=0, text_a=1, text_b=2)
-_BINARY = ("0", "1")
-_NLI2 = ("entailment", "not_entailment")
-
-TASKS: dict[str, TaskSpec] = {
-    t.name: t
-    for t in (
-        TaskSpec("CoLA", "classification", _BINARY,
-                 train=Layout(text_a=3, label=1, header=False, num_fields=4),
-                 dev=Layout(text_a=3, label=1, header=False, num_fields=4),
-                 test=Layout(guid=0, text_a=1)),
-        TaskSpec("SST-2", "classification", _BINARY,
-                 train=Layout(text_a=0, label=1), dev=Layout(text_a=0, label=1),
-                 test=Layout(guid=0, text_a=1)),
-        TaskSpec("MRPC", "classification", _BINARY,
-                 train=Layout(text_a=3, text_b=4, label=0),
-                 dev=Layout(text_a=3, text_b=4, label=0),
-                 test=Layout(guid=0, text_a=3, text_b=4), both_orders=True),
-        TaskSpec("STS-B", "regression", (),
-                 train=Layout(guid=0, text_a=7, text_b=8, label=9),
-                 dev=Layout(guid=0, text_a=7, text_b=8, label=9),
-                 test=Layout(guid=0, text_a=7, text_b=8), epochs=10, both_orders=True),
-        TaskSpec("QQP", "classification", _BINARY,
-                 train=Layout(guid=0, text_a=3, text_b=4, label=5),
-                 dev=Layout(guid=0, text_a=3, text_b=4, label=5),
-                 test=Layout(guid=0, text_a=1, text_b=2), skip_malformed=True),
-        TaskSpec("MNLI", "classification", ("contradiction", "entailment", "neutral"),
-                 train=Layout(guid=0, text_a=8, text_b=9, label=-1),
-                 dev=Layout(guid=0, text_a=8, text_b=9, label=-1),
-                 test=Layout(guid=0, text_a=8, text_b=9),
-                 eval_splits=("dev_matched", "dev_mismatched"),
-                 test_splits=("test_matched", "test_mismatched"), skip_malformed=True),
-        TaskSpec("QNLI", "classification", _NLI2, train=_PAIR, dev=_PAIR, test=_PAIR_TEST),
-        TaskSpec("RTE", "classification", _NLI2, train=_PAIR, dev=_PAIR, test=_PAIR_TEST,
-                 epochs=10),
-        TaskSpec("WNLI", "classification", _BINARY, train=_PAIR, dev=_PAIR, test=_PAIR_TEST),
-    )
-}
-# The diagnostic set: test-only, predicted with the MNLI model.
-AX_LAYOUT = Layout(guid=0, text_a=1, text_b=2)
-AX_CANDIDATES = ("diagnostic/diagnostic.tsv", "AX/test.tsv", "AX/AX.tsv")
-
-
-def get_task(name: str) -> TaskSpec:
-    """Look a task up by name, forgiving case and hyphens (``sst2`` → ``SST-2``)."""
-    key = name.replace("-", "").lower()
-    for task in TASKS.values():
-        if task.name.replace("-", "").lower() == key:
-            return task
-    raise GlueDataError(f"unknown GLUE task {name!r}; known tasks: {', '.join(TASKS)}")
-
-
-def parse_task_list(spec: str) -> list[TaskSpec]:
-    """``"CoLA,SST-2"`` → specs, in the given order, without duplicates."""
-    seen: dict[str, TaskSpec] = {}
-    for part in spec.split(","):
-        if part.strip():
-            task = get_task(part.strip())
-            seen.setdefault(task.name, task)
-    return list(seen.values())
 
 
 def split_path(task: TaskSpec, glue_dir: str | Path, split: str) -> Path:
@@ -296,13 +203,18 @@ def _check_label(raw: str, *, task: TaskSpec, where: str) -> str | float:
     return raw
 
 
-def read_ax(glue_dir: str | Path) -> tuple[Path, list[GlueExample]] | None:
-    """The AX diagnostic test set, if the GLUE folder has it (None otherwise)."""
-    for rel in AX_CANDIDATES:
-        path = Path(glue_dir) / rel
-        if path.is_file():
-            return path, read_tsv(path, task=None, layout=AX_LAYOUT, split="ax")
-    return None
+def find_extra(extra: ExtraTest, glue_dir: str | Path) -> Path | None:
+    """The first of ``extra.paths`` present under the GLUE folder; None when none is."""
+    return next((Path(glue_dir) / rel for rel in extra.paths if (Path(glue_dir) / rel).is_file()),
+                None)
+
+
+def read_extra(extra: ExtraTest, glue_dir: str | Path) -> tuple[Path, list[GlueExample]] | None:
+    """Another folder's test set that a task's model predicts (MNLI: AX, WNLI), if present."""
+    path = find_extra(extra, glue_dir)
+    if path is None:
+        return None
+    return path, read_tsv(path, task=None, layout=extra.layout, split=extra.split)
 
 
 def find_test_files(task: TaskSpec, glue_dir: str | Path) -> dict[str, Path]:

@@ -60,6 +60,7 @@ from electra.seeding import seed_everything  # noqa: F401  (re-exported for the 
 
 from electra.hardware import cpu_features, native_bf16
 from electra.optim import AdamWeightDecay
+from pipelines import schema
 from .heads import FinetuneModel
 from .recipe import FinetuneRecipe, param_groups
 
@@ -77,7 +78,7 @@ def load_tokenizer(model_dir: str | Path):
     """The ``tokenizers`` tokenizer saved beside an HF export (``tokenizer.json``)."""
     from tokenizers import Tokenizer
 
-    path = Path(model_dir) / "tokenizer.json"
+    path = Path(model_dir) / schema.TOKENIZER_JSON
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no tokenizer.json in the model folder {model_dir}")
     return Tokenizer.from_file(str(path))

@@ -4,11 +4,11 @@ A reproduction is judged against the paper: Clark, Luong, Le, Manning, "ELECTRA:
 Text Encoders as Discriminators Rather Than Generators", ICLR 2020 (arXiv:2003.10555). Every
 number below was read from a text copy of the paper (Tables 1, 2, 4) or from the authors'
 repository README, and each is a dev-set MEDIAN over fine-tuning seeds, in percent, on the
-task's primary metric (CoLA Matthews, STS-B Spearman, accuracy elsewhere; MNLI is the matched
-set). Cross-checks: the Table 2 per-task rows average to the printed averages (a test checks
-it), the ELECTRA-1.75M row equals the README's Large row, and the averages and the Base/1.75M
-SQuAD scores agree with the project's reference notes. Nothing is interpolated: where no source
-gives a number it is absent, and the report prints a dash.
+task's primary metric (``TaskSpec.primary``: CoLA Matthews, STS-B Spearman, accuracy
+elsewhere; MNLI is the matched set). Cross-checks: the Table 2 per-task rows average to the
+printed averages (a test checks it), the ELECTRA-1.75M row equals the README's Large row, and
+the averages and the Base/1.75M SQuAD scores agree with the project's reference notes. Nothing
+is interpolated: where no source gives a number it is absent, and the report prints a dash.
 
 What the paper has, by size (``PAPER``):
 
@@ -37,12 +37,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from .tasks import get_task
+
 PAPER_SOURCE = "Clark et al. 2020 (ELECTRA, ICLR)"
 README_SOURCE = "google-research/electra README, Expected Results"
+# The paper's GLUE tasks, in the order of its tables (and of the scores passed to ``_glue``).
 GLUE_TASKS = ("CoLA", "SST-2", "MRPC", "STS-B", "QQP", "MNLI", "QNLI", "RTE")
-# The metric key (``metrics.PRIMARY``) a published GLUE number is comparable with.
-GLUE_METRIC = {"CoLA": "mcc", "SST-2": "accuracy", "MRPC": "accuracy", "STS-B": "spearman",
-               "QQP": "accuracy", "MNLI": "accuracy_m", "QNLI": "accuracy", "RTE": "accuracy"}
+# The metric key a published GLUE number is comparable with: the task's declared primary metric.
+GLUE_METRIC = {t: get_task(t).primary for t in GLUE_TASKS}
 
 
 @dataclass(frozen=True)

@@ -24,8 +24,9 @@ from typing import Any, Iterable
 
 from common.storage import write_bytes
 
-from . import metrics as glue_metrics
 from .squad_metrics import NA_THRESHOLD, squad_evaluate
+from .task_spec import TaskSpec
+from .tasks import get_task
 
 from .eval_layout import PREDICTIONS as PREDICTIONS_DIR  # noqa: E402  (defined once)
 
@@ -111,17 +112,6 @@ def ensemble_rows(paths: list[str | Path]) -> list[dict[str, Any]]:
     return out
 
 
-def _as_metric_values(task: str, values: list) -> list:
-    # Scores as floats; binary labels "0"/"1" as ints (F1's positive class is 1); other class
-    # names stay strings. Every value of a column gets the same type: numpy would otherwise
-    # compare an int array with a string array element-wise as all-False.
-    if task == "STS-B":
-        return [float(v) for v in values]
-    if task in ("MRPC", "QQP"):
-        return [int(v) for v in values]
-    return [str(v) for v in values]
-
-
 def recompute_metrics(task: str, path: str | Path, *,
                       na_threshold: float = NA_THRESHOLD) -> dict[str, float]:
     """The task's metric dict in percent (as the paper reports), from a prediction file alone.
@@ -135,16 +125,16 @@ def recompute_metrics(task: str, path: str | Path, *,
     return glue_metrics_from_rows(task, rows)
 
 
-def glue_metrics_from_rows(task: str, rows: list[dict[str, Any]]) -> dict[str, float]:
-    """A GLUE task's metric dict in percent from prediction rows (a file's, or an ensemble's)."""
+def glue_metrics_from_rows(task: TaskSpec | str, rows: list[dict[str, Any]]) -> dict[str, float]:
+    """A GLUE-like task's metric dict in percent from prediction rows (a file's, or an
+    ensemble's), scored as the task declares (``TaskSpec.score``)."""
+    spec = get_task(task) if isinstance(task, str) else task
     per_split: dict[str, tuple[list, list]] = {}
     for r in rows:
         preds, labels = per_split.setdefault(r["split"], ([], []))
         preds.append(r["prediction"])
         labels.append(r["label"])
-    per_split = {s: (_as_metric_values(task, p), _as_metric_values(task, y))
-                 for s, (p, y) in per_split.items()}
-    return {k: 100.0 * v for k, v in glue_metrics.task_metrics(task, per_split).items()}
+    return {k: 100.0 * v for k, v in spec.score(per_split).items()}
 
 
 def squad_metrics_from_rows(rows: list[dict[str, Any]], *, v2: bool,

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import baselines, paper_scores
-from .metrics import PAPER_GLUE_TASKS, glue_average_label, glue_average_tasks
+from .glue_average import glue_average_label, glue_average_tasks
 
 
 def average_label(results: dict[str, Any]) -> str:
@@ -100,7 +100,7 @@ def reference_table(results: dict[str, Any],
             baseline=baselines.average_primary(results["tasks"], tasks),
             references=[_average_of(ref, tasks) for ref in references.values()],
             paper=(paper_scores.glue_average(size)
-                   if set(tasks) == set(PAPER_GLUE_TASKS) else None))
+                   if set(tasks) == set(paper_scores.GLUE_TASKS) else None))
     return ReferenceTable(rows, average, [k.replace("_", " ") for k in references],
                           f"paper ({size})" if size else "paper", names)
 

@@ -2,7 +2,7 @@
 
 ``results.json``: the checkpoint evaluated (path, step, its ``meta.json``), the model folder and
 recipe used, per task the metric names, every seed's scores and prediction file, the medians, and
-the GLUE average of the medians (``metrics.glue_average``) with the tasks it covers, and the
+the GLUE average of the medians (``glue_average``) with the tasks it covers, and the
 paper's 8-task GLUE score only when all eight are present. It is written LAST and atomically,
 so its presence marks a finished evaluation (the new-checkpoint scanner relies on this).
 
@@ -39,10 +39,11 @@ from typing import Any
 
 from common.storage import write_bytes
 
-from . import baselines, glue_tasks, paper_scores
-from .metrics import glue_average, glue_average_tasks, paper_glue_average
+from . import baselines, paper_scores
+from .glue_average import glue_average, glue_average_tasks, paper_glue_average
 from .reference_table import num as _num, paper_cell as _paper_cell, reference_table
 from .results import TaskResult
+from .tasks import TASKS
 
 from .eval_layout import REPORT, RESULTS  # noqa: E402,F401  (the folder's names, defined once)
 FORMAT_VERSION = 1
@@ -153,8 +154,8 @@ def _default_epochs(results: dict[str, Any], rec: dict[str, Any]) -> str:
         if task.startswith("SQuAD"):
             if "squad_epochs" in rec:
                 out.append(f"{task} {rec['squad_epochs']:g}")
-        elif task in glue_tasks.TASKS:
-            out.append(f"{task} {glue_tasks.TASKS[task].epochs:g}")
+        elif task in TASKS:
+            out.append(f"{task} {TASKS[task].epochs:g}")
     return ", ".join(out) or "the task defaults"
 
 

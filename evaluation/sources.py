@@ -7,14 +7,15 @@ Accepted inputs (checked in this order):
 3. a checkpoint step dir ``RUN/checkpoints/step_NNNNNNNN`` (has ``meta.json``): its own
    ``hf/discriminator`` if the trainer exported it, else an export made now with
    ``electra.hf_export.export_checkpoint(step_dir, out_dir)`` when the trainer package has it,
-   else — for the run's newest checkpoint only — the run's final export ``RUN/hf``;
-4. a run dir (``checkpoints/`` inside): its newest complete checkpoint, as in 3; a run with no
-   checkpoints but an ``hf/`` export uses that.
+   else — for the checkpoint the run stands for only — the run's final export ``RUN/hf``;
+4. a run dir: the checkpoint it stands for, as in 3; a run with no complete checkpoint but an
+   ``hf/`` export uses that.
 
-A step that cannot be turned into a model raises ``CheckpointError`` naming what was looked for;
-never does an older checkpoint's score get attached silently to another model. The run
-directory's layout (what a step dir is, which are complete, ``meta.json``) is
-``electra.run_layout``'s; nothing here re-derives it.
+Which checkpoint a step dir or run dir names is ``electra.run_layout.resolve_checkpoint``'s rule
+(the one the trainer resumes from and ``electra-export`` exports); this module only turns that
+checkpoint into a model folder. A step that cannot be turned into a model raises
+``CheckpointError`` naming what was looked for; never does an older checkpoint's score get
+attached silently to another model.
 """
 from __future__ import annotations
 
@@ -23,9 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from electra import run_layout as layout
-from electra.run_layout import CHECKPOINTS, HF, step_dirs
+from electra.run_layout import HF
 
-__all__ = ["CHECKPOINTS", "CheckpointError", "ResolvedCheckpoint", "resolve_checkpoint", "step_dirs"]
+__all__ = ["CheckpointError", "ResolvedCheckpoint", "resolve_checkpoint"]
 
 DISC = "discriminator"
 
@@ -62,16 +63,16 @@ def resolve_checkpoint(path: str | Path, *, export_dir: str | Path) -> ResolvedC
         return ResolvedCheckpoint(str(path), path, "hf-folder")
     if _is_model_dir(path / DISC):
         return ResolvedCheckpoint(str(path), path / DISC, "hf-folder")
-    if layout.is_complete(path):
-        return _resolve_step(path, Path(export_dir))
-    if (path / CHECKPOINTS).is_dir() or (path / HF).is_dir():
-        steps = step_dirs(path)
-        if steps:
-            resolved = _resolve_step(steps[-1], Path(export_dir))
-            resolved.checkpoint = str(path)
-            return resolved
-        if _is_model_dir(path / HF / DISC):
-            return ResolvedCheckpoint(str(path), path / HF / DISC, "run-hf", run_dir=path)
+    try:
+        step_dir = layout.resolve_checkpoint(path)
+    except layout.NoCheckpoint:
+        step_dir = None
+    if step_dir is not None:
+        resolved = _resolve_step(step_dir, Path(export_dir))
+        resolved.checkpoint = str(path)  # what was named: a run dir stays the run dir
+        return resolved
+    if _is_model_dir(path / HF / DISC):  # a run with no complete checkpoint, but its export
+        return ResolvedCheckpoint(str(path), path / HF / DISC, "run-hf", run_dir=path)
     raise CheckpointError(
         f"{path}: not a checkpoint; expected a discriminator folder (config.json + "
         f"model.safetensors), an HF export (discriminator/), a step dir (meta.json) or a run "
@@ -92,7 +93,7 @@ def _resolve_step(step_dir: Path, export_dir: Path) -> ResolvedCheckpoint:
             exporter(step_dir, out)
         return ResolvedCheckpoint(model_dir=out / DISC, source="exported-now", **common)
     if run_dir is not None and _is_model_dir(run_dir / HF / DISC) and \
-            step_dirs(run_dir)[-1:] == [step_dir]:
+            layout.find_latest(run_dir) == step_dir:
         return ResolvedCheckpoint(model_dir=run_dir / HF / DISC, source="run-hf", **common)
     raise CheckpointError(
         f"{step_dir}: no HF export ({step_dir / HF / DISC} missing), "

@@ -1,16 +1,19 @@
 """Prefect flow ``evaluate-new-checkpoints``: the scan behind the event trigger.
 
-    python -m flows.evaluate_new_checkpoints --runs RUNS_DIR [--tasks CoLA,MRPC] [--glue-dir DIR]
+The command line is ``cli/evaluate_new_checkpoints.py`` (``electra-evaluate-new --runs RUNS_DIR``).
 
 Normally a checkpoint is evaluated because the trainer's ``electra.checkpoint.committed`` event
 triggered the ``evaluate`` deployment (``prefect.yaml``). This scan, deployed hourly, catches
 what no event started (no Prefect API when training, server down, a queue that fell behind):
-every complete checkpoint under ``RUNS_DIR/*/checkpoints/`` with no ``RUN/eval/step_N/
-results.json`` and no recorded skip (``RUN/eval/skipped.jsonl``) is evaluated by the
-``evaluate`` flow (a subflow), NEWEST FIRST in each run: when evaluation is slower than
-checkpointing, the freshest model is scored first, and the trainer's pins
-(``train.keep_until_evaluated``, ``electra.eval_handoff``) keep the older pending ones on disk
-until they are evaluated or the trainer's policy skips them with a reason.
+every checkpoint ``evaluation.pending`` lists (no results, no recorded skip; newest first in
+each run) is evaluated by the ``evaluate`` flow (a subflow).
+
+The runs folder: the deployment's ``runs`` parameter, which ``prefect.yaml`` sets to
+``$ELECTRA_RUNS_DIR`` (``make serve`` makes it absolute and creates it; default
+``<repository>/runs``). A folder that does not exist ends the run ``Failed`` with the cause and
+what to set as the state's message and as an error in the run's logs on the server (the UI and
+``prefect flow-run inspect`` show them; ``--watch`` of Prefect 3.8.8 prints only the state's
+name), not only as a traceback in the worker's terminal.
 
 Idempotent and overlap-safe:
   * ``results.json`` is written last and atomically, so a crashed evaluation is resumed by the
@@ -27,36 +30,17 @@ Idempotent and overlap-safe:
 """
 from __future__ import annotations
 
-import argparse
-import json
-import sys
-from pathlib import Path
-
 from prefect import flow, get_run_logger
+from prefect.logging.handlers import APILogWorker
+from prefect.states import Failed
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from common.lease import Lease
-from electra import eval_handoff as handoff
-from electra import run_layout as layout
 from evaluation import eval_layout
 from evaluation.evaluation_runner import EvaluationConflict
+from evaluation.pending import RunsFolderMissing, pending_checkpoints
 from evaluation.sources import CheckpointError
-from flows.evaluate import _flow_run_finished, add_common_args, evaluate, recipe_overrides
-
-
-def pending_checkpoints(runs: str | Path) -> list[tuple[Path, Path]]:
-    """(step dir, eval dir) for every complete checkpoint with neither results nor a recorded
-    skip, newest first within each run."""
-    if not Path(runs).is_dir():
-        raise FileNotFoundError(f"--runs {runs}: no such folder (the folder holding run directories)")
-    todo = []
-    for run in sorted(p for p in Path(runs).iterdir() if layout.checkpoints_dir(p).is_dir()):
-        skipped = handoff.skipped(run)
-        for step in reversed(layout.step_dirs(run)):
-            out = layout.eval_dir(run, step.name)
-            if not eval_layout.is_finished(out) and layout.step_of(step) not in skipped:
-                todo.append((step, out))
-    return todo
+from flows.evaluate import _flow_run_finished, evaluate
 
 
 @flow(name="evaluate-new-checkpoints", task_runner=ThreadPoolTaskRunner(max_workers=1))
@@ -66,12 +50,26 @@ def evaluate_new_checkpoints(runs: str, glue_dir: str | None = None, tasks: str 
                              workers: int = 1) -> dict:
     """Evaluate every checkpoint under ``runs`` that has no results yet.
 
+    ``runs``: the folder holding run directories (absolute; a relative one is relative to the
+    worker's working directory, the repository); the other parameters are the ``evaluate``
+    flow's, applied to every checkpoint (``glue_dir``/``squad_dir`` None: the worker's
+    ``$ELECTRA_GLUE_DIR``/``$ELECTRA_SQUAD_DIR``). A runs folder that does not exist: the run
+    ends ``Failed`` with the cause as its state message.
+
     Returns ``{"evaluated": [step dirs], "in_progress": {step dir: holder}, "skipped": {step
     dir: reason}}``; any other failure is raised after the remaining checkpoints.
     """
     logger = get_run_logger()
     evaluated, busy, skipped, failed = [], {}, {}, {}
-    for step, out in pending_checkpoints(runs):
+    try:
+        pending = pending_checkpoints(runs)
+    except RunsFolderMissing as exc:  # the cause where --watch and the UI show it
+        logger.error("%s", exc)
+        # sent now, before the final state: whoever reads the run's logs once it ended (the UI,
+        # a client) finds the line, not a batch still queued when the process exits
+        APILogWorker.drain_all(timeout=30)
+        return Failed(message=str(exc))
+    for step, out in pending:
         holder = Lease(out / eval_layout.LEASE, is_dead=_flow_run_finished).holder()
         if holder is not None:
             logger.info("%s is being evaluated by %s; left alone", step, holder.describe())
@@ -102,21 +100,3 @@ def evaluate_new_checkpoints(runs: str, glue_dir: str | None = None, tasks: str 
     if failed:
         raise RuntimeError(f"{len(failed)} checkpoint evaluation(s) failed: {failed}")
     return {"evaluated": evaluated, "in_progress": busy, "skipped": skipped}
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m flows.evaluate_new_checkpoints",
-                                description="evaluate checkpoints that have no results yet")
-    p.add_argument("--runs", required=True, help="folder holding run directories")
-    add_common_args(p)
-    args = p.parse_args(argv)
-    outcome = evaluate_new_checkpoints(runs=args.runs, glue_dir=args.glue_dir, tasks=args.tasks,
-                                       squad_dir=args.squad_dir,
-                                       squad_version=args.squad_version, seeds=args.seeds,
-                                       recipe=recipe_overrides(args), workers=args.workers)
-    print(json.dumps(outcome, indent=2))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

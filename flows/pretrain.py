@@ -53,10 +53,15 @@ def pretrain(config: str, data: str | list[str], out: str, num_gpus: int | None 
     logger = get_run_logger()
     if hostfile is None:  # the world size is known here; with a hostfile the trainer resolves it
         from electra.pretrain_job import PretrainJob
-        from electra.pretrain_plan import resolve
+        import torch
+
+        from electra.pretrain_plan import check_fits_machine, resolve
 
         plan = resolve(PretrainJob(config, data, out, list(overrides or []), init_from, resume_schedule),
                        world_size=num_gpus or 1)
+        # the trainer runs on this machine: a GPU preset without a GPU fails here, in one line
+        if estimate := check_fits_machine(plan, cuda=torch.cuda.is_available()):
+            logger.warning(estimate)
         logger.info("resolved: %s, corpus %s (seq_len %d), batch %s", config, data, plan.cfg.seq_len, plan.geometry)
     cmd = trainer_command(config=config, data=data, out=out, num_gpus=num_gpus, hostfile=hostfile,
                           max_steps=max_steps, overrides=overrides or [], init_from=init_from,

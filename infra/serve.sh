@@ -21,6 +21,12 @@ if [ -n "${ELECTRA_SQUAD_DIR:-}" ] && [ ! -d "${ELECTRA_SQUAD_DIR}" ]; then
     exit 2
 fi
 export ELECTRA_GLUE_DIR="$(cd "$ELECTRA_GLUE_DIR" && pwd)"
+# The hourly scan's runs folder (prefect.yaml: evaluate-new-checkpoints' `runs`), absolute and
+# present, so the deployment runs as shipped: an empty folder is a scan with nothing to do.
+export ELECTRA_RUNS_DIR="${ELECTRA_RUNS_DIR:-$ELECTRA_REPO/runs}"
+mkdir -p "$ELECTRA_RUNS_DIR"
+export ELECTRA_RUNS_DIR="$(cd "$ELECTRA_RUNS_DIR" && pwd)"
+echo "make serve: the hourly scan evaluates the runs under ELECTRA_RUNS_DIR=$ELECTRA_RUNS_DIR"
 [ -n "${ELECTRA_SQUAD_DIR:-}" ] && export ELECTRA_SQUAD_DIR="$(cd "$ELECTRA_SQUAD_DIR" && pwd)"
 
 "$PREFECT" server start --host 127.0.0.1 --port "$PORT" &

@@ -16,6 +16,9 @@ from typing import Any, Literal
 
 from common import config as strict
 from common.config import check
+from pipelines.filters import registry as filter_registry
+from pipelines.filters.normalize import UNICODE_FORMS
+from pipelines.profiles import DEFAULT_PROFILE, ProfileName
 
 
 @dataclass
@@ -40,6 +43,9 @@ class IngestConfig:
     # Keep the documents of a compressed member cut off by the end of the file (its integrity
     # check cannot run); false: they are quarantined as ingest:corrupt_compression.
     keep_truncated_member: bool = False
+    # Cut Project Gutenberg's licence header and footer off each document (the books profile);
+    # the cut text is quarantined, not lost (``pipelines.ingest.boilerplate``).
+    strip_boilerplate: bool = False
 
     def validate(self) -> None:
         import codecs
@@ -53,176 +59,26 @@ class IngestConfig:
             check(False, f"fallback_encoding {self.fallback_encoding!r} is not a known codec")
 
 
-# The filter blocks (``pipelines.filters``), run in the order ``filter.blocks`` lists them.
-FilterBlock = Literal["gopher_quality", "gopher_repetition", "code", "c4", "fineweb", "language", "lm_quality",
-                      "pii"]
+# The filter blocks (``pipelines.filters``): each block module declares its name, its config
+# section and its place in the order (``pipelines.filters.registry``); everything below is
+# derived from those declarations, so adding a block is adding its module.
+_BLOCKS = filter_registry.blocks()
+FilterBlock = Literal[tuple(b.name for b in _BLOCKS)]  # type: ignore[valid-type]
 FILTER_BLOCKS: tuple[str, ...] = typing.get_args(FilterBlock)
 FILTER_SECTIONS = FILTER_BLOCKS  # each block is configured by the section of its name
 
 
-def _positive(section: Any, *names: str) -> None:
-    for n in names:
-        v = getattr(section, n)
-        check(v is None or v >= 0, f"{n} must be >= 0 or null (null disables the rule)")
+class _FilterSettings:
+    """What ``FilterConfig`` holds besides one section per block (made below from the registry):
 
-
-# One section per block. Field names and defaults are datatrove's (0.10.1) constructor arguments;
-# every threshold is ``X | None`` and None disables that rule.
-@dataclass
-class GopherQualityConfig:
-    min_doc_words: int | None = 50
-    max_doc_words: int | None = 100_000
-    min_avg_word_length: float | None = 3
-    max_avg_word_length: float | None = 10
-    max_symbol_word_ratio: float | None = 0.1  # '#' and ellipses per word
-    max_bullet_lines_ratio: float | None = 0.9
-    max_ellipsis_lines_ratio: float | None = 0.3
-    max_non_alpha_words_ratio: float | None = 0.8  # datatrove's name: the MIN share of words with a letter
-    min_stop_words: int | None = 2
-    stop_words: list[str] = field(default_factory=lambda: ["the", "be", "to", "of", "and", "that", "have", "with"])
-
-    def validate(self) -> None:
-        _positive(self, "min_doc_words", "max_doc_words", "min_avg_word_length", "max_avg_word_length",
-                  "max_symbol_word_ratio", "max_bullet_lines_ratio", "max_ellipsis_lines_ratio",
-                  "max_non_alpha_words_ratio", "min_stop_words")
-
-
-@dataclass
-class GopherRepetitionConfig:
-    dup_line_frac: float | None = 0.3
-    dup_para_frac: float | None = 0.3
-    dup_line_char_frac: float | None = 0.2
-    dup_para_char_frac: float | None = 0.2
-    # [n, max character fraction] pairs; a null fraction disables that n.
-    # (Typed loosely here, checked in validate(): the loader types a list's items alike.)
-    top_n_grams: list[list[Any]] = field(default_factory=lambda: [[2, 0.2], [3, 0.18], [4, 0.16]])
-    dup_n_grams: list[list[Any]] = field(default_factory=lambda: [
-        [5, 0.15], [6, 0.14], [7, 0.13], [8, 0.12], [9, 0.11], [10, 0.10]])
-
-    def validate(self) -> None:
-        _positive(self, "dup_line_frac", "dup_para_frac", "dup_line_char_frac", "dup_para_char_frac")
-        for name in ("top_n_grams", "dup_n_grams"):
-            for pair in getattr(self, name):
-                check(len(pair) == 2 and type(pair[0]) is int and pair[0] >= 1
-                      and (pair[1] is None or (type(pair[1]) in (int, float) and pair[1] >= 0)),
-                      f"{name}: expected [n >= 1, fraction or null] pairs, got {list(pair)}")
-
-
-@dataclass
-class C4Config:
-    remove_citations: bool = True  # "[1]", "[edit]", "[citation needed]" removed from kept lines
-    filter_no_terminal_punct: bool = True  # lines must end in . ? ! " ' (not "...")
-    # Not in datatrove: a terminal mark followed by closing quotes or brackets ('.”', '?)')
-    # also ends a line (datatrove drops book dialogue and typographic quotes). false: datatrove's rule.
-    allow_closing_quotes: bool = True
-    min_num_sentences: int | None = 5  # documents with fewer sentences left are dropped
-    min_words_per_line: int | None = 3
-    max_word_length: int | None = 1000  # lines with a longer word are removed
-    filter_lorem_ipsum: bool = True  # documents
-    filter_javascript: bool = True  # lines
-    filter_curly_bracket: bool = True  # documents
-    filter_policy: bool = True  # lines (cookies, terms of use, privacy policy)
-    # The characters a kept line may end in (datatrove's . ? ! " '); a language's profile gives
-    # its own (pipelines/language/profiles.py: 。！？ and CJK closing brackets for Chinese).
-    end_punctuation: str = ".?!\"'"
-
-    def validate(self) -> None:
-        _positive(self, "min_num_sentences", "min_words_per_line", "max_word_length")
-        check(bool(self.end_punctuation), "end_punctuation must name at least one character")
-
-
-@dataclass
-class FineWebConfig:
-    line_punct_thr: float | None = 0.12  # min share of lines ending in terminal punctuation
-    line_punct_exclude_zero: bool = False
-    # Not in datatrove: a terminal mark followed by closing quotes or brackets ('."', '?”', '.)')
-    # also counts as a punctuated line. false: datatrove's rule.
-    allow_closing_quotes: bool = True
-    short_line_thr: float | None = 0.67  # max share of lines of <= short_line_length characters
-    short_line_length: int = 30
-    char_duplicates_ratio: float | None = 0.01  # max characters in duplicated lines / all
-    new_line_ratio: float | None = 0.3  # max newlines per word (lists)
-
-    def validate(self) -> None:
-        _positive(self, "line_punct_thr", "short_line_thr", "char_duplicates_ratio", "new_line_ratio")
-        check(self.short_line_length >= 0, "short_line_length must be >= 0")
-
-
-@dataclass
-class LanguageConfig:
-    languages: list[str] | None = field(default_factory=lambda: ["en"])  # null: any language
-    min_score: float | None = 0.65  # datatrove's language_threshold (the top language's probability)
-    # Not in datatrove: characters classified (the start of the document, cut at a space);
-    # null: the whole text. Language ID is the costliest block on long documents.
-    sample_chars: int | None = 2000
-
-    def validate(self) -> None:
-        _positive(self, "min_score", "sample_chars")
-
-
-@dataclass
-class CodeConfig:
-    # Not in datatrove (pipelines/filters/code.py): source code without braces or with comments.
-    max_code_line_frac: float | None = 0.3  # max share of non-empty lines that read as code
-    min_code_lines: int = 3  # ... and only when at least this many lines do
-    max_symbol_ratio: float | None = 0.05  # max share of { } [ ] < > = ; | \ $ # in non-space characters
-
-    def validate(self) -> None:
-        _positive(self, "max_code_line_frac", "max_symbol_ratio")
-        check(self.min_code_lines >= 1, "min_code_lines must be >= 1")
-
-
-@dataclass
-class LmQualityConfig:
-    # Not in datatrove (pipelines/filters/lm_quality.py): a word trigram Kneser-Ney model of a
-    # clean reference text. null: the English books shipped in pipelines/filters/reference/;
-    # else a UTF-8 .txt or .txt.gz file (any storage location), documents separated by blank lines.
-    reference: str | None = None
-    min_count: int = 2  # reference words seen fewer times are <unk>
-    max_unknown_frac: float | None = 0.5  # max share of tokens the reference never had
-    # Mean nats per word the two tokens before each word add to the model's probability of it;
-    # text in random word order loses (< 0), meaningful text gains.
-    min_context_gain: float | None = -0.25
-    max_perplexity: float | None = None  # CCNet's signal; depends on the reference's domain
-    max_tokens: int | None = 2000  # tokens scored per document (its start); null: all
-
-    def validate(self) -> None:
-        check(self.min_count >= 1, "min_count must be >= 1")
-        check(self.max_unknown_frac is None or 0 <= self.max_unknown_frac <= 1, "max_unknown_frac must be in [0, 1]")
-        check(self.max_perplexity is None or self.max_perplexity > 0, "max_perplexity must be > 0 or null")
-        check(self.max_tokens is None or self.max_tokens >= 1, "max_tokens must be >= 1 or null")
-
-
-@dataclass
-class PiiConfig:
-    # datatrove's PIIFormatter: e-mail addresses and (public) IP addresses replaced, never dropped.
-    remove_emails: bool = True
-    remove_ips: bool = True
-    only_remove_public_ips: bool = True
-    email_replacement: list[str] = field(
-        default_factory=lambda: ["email@example.com", "firstname.lastname@example.org"])
-    ip_replacement: list[str] = field(default_factory=lambda: ["22.214.171.124", "126.96.36.199", "188.8.131.52",
-                                                              "184.108.40.206", "220.127.116.11", "18.104.22.168"])
-
-
-@dataclass
-class FilterConfig:
-    unicode_form: Literal["NFC", "NFKC", "NFD", "NFKD", "none"] = "NFC"
-    # Run in this order; the first block that drops a document decides its reason.
-    blocks: list[FilterBlock] = field(default_factory=lambda: [
-        "gopher_quality", "gopher_repetition", "code", "c4", "fineweb", "language", "lm_quality"])
-    gopher_quality: GopherQualityConfig = field(default_factory=GopherQualityConfig)
-    gopher_repetition: GopherRepetitionConfig = field(default_factory=GopherRepetitionConfig)
-    c4: C4Config = field(default_factory=C4Config)
-    fineweb: FineWebConfig = field(default_factory=FineWebConfig)
-    code: CodeConfig = field(default_factory=CodeConfig)
-    language: LanguageConfig = field(default_factory=LanguageConfig)
-    lm_quality: LmQualityConfig = field(default_factory=LmQualityConfig)
-    pii: PiiConfig = field(default_factory=PiiConfig)
-    # Per-language settings over the sections above and the language's shipped profile
-    # (pipelines/language/profiles.py): {"ja": {"gopher_quality": {"min_doc_words": 30},
-    # "lm_quality": {"reference": "s3://.../ja.txt.gz"}}}. Checked against the sections' fields.
-    by_language: dict = field(default_factory=dict)
+    * ``unicode_form``: the normalisation every document gets first (``pipelines.filters.normalize``);
+    * ``blocks``: the blocks run, in this order; the first block that drops a document decides
+      its reason. Default: the blocks declared ``default=True``, by position;
+    * ``<block>``: one section per declared block (``filter.c4``, ``filter.pii``, ...);
+    * ``by_language``: per-language settings over the sections above and the language's shipped
+      profile (``pipelines/language/profiles.py``): ``{"ja": {"gopher_quality": {"min_doc_words":
+      30}, "lm_quality": {"reference": "s3://.../ja.txt.gz"}}}``. Checked against the sections' fields.
+    """
 
     def validate(self) -> None:
         check(len(set(self.blocks)) == len(self.blocks), f"blocks lists a block twice: {self.blocks}")
@@ -246,6 +102,25 @@ class FilterConfig:
         table = {k: v for k, v in shipped.get(name, {}).items() if getattr(base, k) == getattr(default, k)}
         extra = {**table, **self.by_language.get(code, {}).get(name, {})}
         return dataclasses.replace(base, **extra) if extra else base
+
+
+FilterConfig = dataclasses.make_dataclass(
+    "FilterConfig",
+    [("unicode_form", Literal[UNICODE_FORMS], field(default="NFC")),  # type: ignore[valid-type]
+     ("blocks", list[FilterBlock],  # type: ignore[valid-type]
+      field(default_factory=lambda: [b.name for b in _BLOCKS if b.default])),
+     *[(b.name, b.config, field(default_factory=b.config)) for b in _BLOCKS],
+     ("by_language", dict, field(default_factory=dict))],
+    bases=(_FilterSettings,), namespace={"__module__": __name__, "__doc__": _FilterSettings.__doc__})
+
+
+def __getattr__(name: str) -> type:
+    """A block's section class by its name (``pipelines.config.C4Config``), as before blocks
+    declared their own: it lives in the block's module (``pipelines.filters.c4.C4Config``)."""
+    for b in _BLOCKS:
+        if b.config.__name__ == name:
+            return b.config
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass
@@ -356,8 +231,8 @@ class RejectedConfig:
 
 @dataclass
 class CorpusConfig:
-    # Which preset ``from_dict`` starts from (pipelines.profiles): web, books or bert-format.
-    profile: Literal["web", "books", "bert-format"] = "web"
+    # Which preset ``from_dict`` starts from (``pipelines.profiles``: PROFILES names them).
+    profile: ProfileName = DEFAULT_PROFILE
     # The languages to keep (ISO 639-1, build-corpus --language): sets filter.language.languages,
     # and each document is filtered with its language's profile (pipelines/language/profiles.py).
     # None: filter.language.languages as configured (English by default).

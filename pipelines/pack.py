@@ -247,9 +247,22 @@ def fill_warnings(splits: dict[str, dict[str, Any]], seq_len: int, text_mode: st
 
 def empty_split_warnings(splits: dict[str, dict[str, Any]], validation_fraction: float,
                          documents: int) -> list[str]:
-    """A warning when a validation split was asked for and drew no example: the split is drawn
-    per document, so a few long documents (books) easily draw none."""
-    if validation_fraction <= 0 or splits.get("validation", {}).get("examples"):
-        return []
-    return [f"validation: no examples; pack.validation_fraction={validation_fraction} of {documents} "
-            "documents drew none (the split is by document): raise it for few, long documents"]
+    """A warning per split that drew no example although it could have. The split is drawn per
+    whole document, so a few long documents (books) easily leave one split empty: the validation
+    split when none of them drew it, the train split when all of them did (one book alone goes to
+    validation with probability ``validation_fraction``). An empty train split is the loud one: the
+    trainer has nothing to read."""
+    out = []
+    if documents and not splits.get("train", {}).get("examples"):
+        went = splits.get("validation", {}).get("documents", 0)
+        one = "with 1 document, it" if documents == 1 else f"all {documents} documents"
+        out.append(f"train: no examples, so pre-training on this corpus has nothing to read: {went} of {documents} "
+                   f"document{'s' if documents != 1 else ''} went to validation (documents are split whole "
+                   f"between train and validation, each by a hash of its id against "
+                   f"pack.validation_fraction={validation_fraction}; {one} drew validation); fix: rebuild with "
+                   "--validation-fraction 0 (no validation split), or add documents")
+    if validation_fraction > 0 and not splits.get("validation", {}).get("examples"):
+        out.append(f"validation: no examples; pack.validation_fraction={validation_fraction} of {documents} "
+                   "documents drew none (the split is by whole document): raise --validation-fraction "
+                   "for few, long documents")
+    return out

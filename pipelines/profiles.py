@@ -11,9 +11,9 @@ profile         a document is               filters (``filter.blocks``)
 ``web``         a JSONL/Parquet/JSON/WARC   the full set: Gopher quality and repetition, source
 (default)       record; in plain text, a    code, C4's line rules, FineWeb's ratios, language
                 blank-line-separated block  identification, the language model's context gain.
-``books``       a whole file                Gopher quality without its upper word limit (a novel
-                                            has more than 100,000 words), language
-                                            identification. No line or paragraph rules: verse,
+``books``       a whole file, without a     Gopher quality without its upper word limit (a novel
+                Project Gutenberg licence   has more than 100,000 words), language
+                header and footer           identification. No line or paragraph rules: verse,
                                             dialogue, chapter headings and hard-wrapped lines are
                                             what books are made of.
 ``bert-format`` a blank-line-separated      Gopher quality and language identification: one
@@ -32,14 +32,14 @@ replaced whole. The dataclass defaults are the ``web`` profile, so ``CorpusConfi
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Any, Literal
 
 from common.config import ConfigError
 
 PROFILES: dict[str, dict[str, Any]] = {
     "web": {},
     "books": {
-        "ingest": {"text_mode": "file"},
+        "ingest": {"text_mode": "file", "strip_boilerplate": True},
         "filter": {"blocks": ["gopher_quality", "language"],
                    "gopher_quality": {"max_doc_words": None}},
     },
@@ -49,10 +49,16 @@ PROFILES: dict[str, dict[str, Any]] = {
     },
 }
 
+# The profiles' names: what ``CorpusConfig.profile`` and build-corpus's --profile accept (the
+# CLI's choices come from this Literal through the config's annotation). The keys above.
+ProfileName = Literal[tuple(PROFILES)]  # type: ignore[valid-type]
+PROFILE_NAMES: tuple[str, ...] = tuple(PROFILES)
+DEFAULT_PROFILE = "web"  # the dataclass defaults are this profile
+
 
 def with_profile(raw: dict[str, Any], *, where: str = "corpus config") -> dict[str, Any]:
-    """``raw`` merged over its profile's preset (``raw["profile"]``, default ``web``)."""
-    name = raw.get("profile", "web")
+    """``raw`` merged over its profile's preset (``raw["profile"]``, default ``DEFAULT_PROFILE``)."""
+    name = raw.get("profile", DEFAULT_PROFILE)
     if name not in PROFILES:
         raise ConfigError(f"{where}: profile={name!r}; expected one of {sorted(PROFILES)}")
     return merge(PROFILES[name], raw)

@@ -52,7 +52,14 @@ SHARDS_DIR = "shards"
 REJECTED_DIR = "rejected"
 WORK_DIR = ".work"
 SPLITS = ("train", "validation")
-TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json")
+# A tokenizer folder's files, by the names Hugging Face gives them (the corpus's
+# ``tokenizer/<key>/``, a run's or an exported model's tokenizer): ``tokenizer.json`` always (its
+# sha256 is the manifest's ``tokenizer.sha256``), ``vocab.txt`` for a BERT-compatible WordPiece,
+# ``tokenizer_config.json`` naming the transformers class and its lower-casing.
+TOKENIZER_JSON = "tokenizer.json"
+VOCAB_TXT = "vocab.txt"
+TOKENIZER_CONFIG = "tokenizer_config.json"
+TOKENIZER_FILES = (TOKENIZER_JSON, VOCAB_TXT, TOKENIZER_CONFIG)
 
 TOKENS, LAYOUT, KEYS = "tokens.npy", "layout.npy", "keys.npy"
 MEMBERS = (TOKENS, LAYOUT, KEYS)
@@ -68,6 +75,12 @@ def shard_name(generation: str, split: str, index: int) -> str:
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}; expected one of {SPLITS}")
     return f"{SHARDS_DIR}/{generation}/{split}-{index:06d}.tar"
+
+
+def tokenizer_json(corpus: str, folder: str = TOKENIZER_DIR) -> str:
+    """Where a corpus's tokenizer.json is: ``folder`` is the manifest's ``tokenizer.path``
+    (relative to the corpus; ``tokenizer/<key>`` in a built corpus)."""
+    return storage.join(corpus, folder, TOKENIZER_JSON)
 
 
 def token_dtype(vocab_size: int) -> np.dtype:

@@ -43,7 +43,7 @@ like a trained one.
 Export: ``hf_files`` writes ``tokenizer.json``, ``tokenizer_config.json`` naming the
 ``transformers`` class that reproduces it, and ``vocab.txt`` only for BERT-style WordPiece.
 transformers' BERT/ELECTRA tokenizer classes rebuild a BERT WordPiece from any vocabulary, so
-for every other tokenizer the config holds a value that makes them raise (``NOT_BERT``) instead
+for every other tokenizer the config holds a value that makes them raise (``pipelines.tokenizer_files.NOT_BERT``) instead
 of encoding nearly everything as ``[UNK]``.
 
 Trade-off of the sample (``pipelines.tokenizer_sample``): the sample is bounded in bytes
@@ -66,9 +66,9 @@ from common import storage
 from common.hashing import sha256_bytes
 from pipelines import schema
 from pipelines.config import TokenizerConfig
+from pipelines.tokenizer_files import hf_files
 
 KINDS = ("wordpiece", "unigram")
-MODEL_MAX_LENGTH = 512
 _SCORE_DECIMALS = 6
 _LADDER_STEP = 1e-4  # tokenizers' Unigram penalty step for characters added after EM
 _METASPACE = "\u2581"  # the word-start marker of the Metaspace pre-tokenizer
@@ -219,34 +219,6 @@ def train_tokenizer(texts: Iterable[str], cfg: TokenizerConfig, out_dir: str) ->
     return _write(tok, kind=cfg.kind, lowercase=cfg.lowercase, out_dir=out_dir)
 
 
-# ---------------------------------------------------------------- pretrained
-def load_pretrained(path: str, cfg: TokenizerConfig, out_dir: str) -> schema.TokenizerInfo:
-    """Use an existing tokenizer instead of training one: a ``tokenizer.json``, a BERT
-    ``vocab.txt`` or a Hugging Face model folder, any storage location
-    (``pipelines.tokenizer_pretrained.open_pretrained``); its files are written to ``out_dir``."""
-    from pipelines.tokenizer_pretrained import open_pretrained
-
-    pre = open_pretrained(path, cfg)
-    return _write(pre.tokenizer, kind="pretrained", lowercase=pre.lowercase, out_dir=out_dir)
-
-
-def normalizer_flags(tok: Tokenizer) -> tuple[bool, bool]:
-    """(lowercase, strip_accents) as the tokenizer's normaliser actually applies them."""
-    if tok.normalizer is None:
-        return False, False
-    spec = json.loads(tok.normalizer.__getstate__())
-    steps = spec.get("normalizers", [spec]) if spec.get("type") == "Sequence" else [spec]
-    lowercase = strip = False
-    for step in steps:
-        if step.get("type") == "BertNormalizer":
-            lowercase = lowercase or bool(step.get("lowercase"))
-            accents = step.get("strip_accents")
-            strip = strip or bool(step.get("lowercase") if accents is None else accents)
-        lowercase = lowercase or step.get("type") == "Lowercase"
-        strip = strip or step.get("type") == "StripAccents"
-    return lowercase, strip
-
-
 def _check_specials(tok: Tokenizer, *, where: str) -> dict[str, int]:
     ids = {t: tok.token_to_id(t) for t in schema.SPECIAL_TOKENS}
     missing = [t for t, i in ids.items() if i is None]
@@ -257,65 +229,6 @@ def _check_specials(tok: Tokenizer, *, where: str) -> dict[str, int]:
     return ids
 
 
-# ---------------------------------------------------------------- output
-# transformers' BertTokenizer (= BertTokenizerFast, ElectraTokenizer, ElectraTokenizerFast in
-# transformers 5) ignores the model in tokenizer.json: it rebuilds WordPiece + BertNormalizer +
-# BertPreTokenizer from the vocabulary. For any other tokenizer that gives wrong ids (a Unigram
-# vocabulary encodes as nearly all [UNK]) without a word. This value makes its BertNormalizer
-# raise instead; AutoTokenizer and PreTrainedTokenizerFast, which load tokenizer.json as it is,
-# keep it as an unused attribute.
-NOT_BERT = ("not a BERT WordPiece tokenizer: load it with AutoTokenizer or PreTrainedTokenizerFast, "
-            "not BertTokenizer(Fast) or ElectraTokenizer(Fast)")
-
-
-def _spec(component: Any) -> dict[str, Any]:
-    return json.loads(component.__getstate__()) if component is not None else {}
-
-
-def is_bert_compatible(tok: Tokenizer) -> bool:
-    """Whether transformers' BertTokenizer would rebuild exactly this tokenizer: WordPiece with
-    ``##`` pieces, a BertNormalizer that cleans text, the BertPreTokenizer."""
-    model, norm = _spec(tok.model), _spec(tok.normalizer)
-    return (model.get("type") == "WordPiece" and model.get("continuing_subword_prefix") == "##"
-            and norm.get("type") == "BertNormalizer" and norm.get("clean_text") is True
-            and _spec(tok.pre_tokenizer).get("type") == "BertPreTokenizer")
-
-
-def _config_json(tok: Tokenizer) -> dict[str, Any]:
-    specials = {"pad_token": "[PAD]", "unk_token": "[UNK]", "cls_token": "[CLS]",
-                "sep_token": "[SEP]", "mask_token": "[MASK]"}
-    base = {"model_max_length": MODEL_MAX_LENGTH, "padding_side": "right",
-            "model_input_names": ["input_ids", "token_type_ids", "attention_mask"], **specials}
-    if is_bert_compatible(tok):
-        lowercase, strip_accents = normalizer_flags(tok)
-        return {"tokenizer_class": "BertTokenizerFast", "do_lower_case": lowercase, "strip_accents": strip_accents,
-                "tokenize_chinese_chars": bool(_spec(tok.normalizer).get("handle_chinese_chars")), **base}
-    return {"tokenizer_class": "PreTrainedTokenizerFast", "tokenize_chinese_chars": NOT_BERT, **base}
-
-
-def _vocab_lines(tok: Tokenizer) -> bytes:
-    vocab = tok.get_vocab(with_added_tokens=True)
-    by_id = sorted(vocab.items(), key=lambda kv: kv[1])
-    if [i for _, i in by_id] != list(range(len(by_id))):
-        raise ValueError("tokenizer ids are not contiguous; cannot write vocab.txt")
-    bad = [t for t, _ in by_id if "\n" in t or "\r" in t]
-    if bad:
-        raise ValueError(f"token(s) with a line break cannot go into vocab.txt: {bad[:5]}")
-    return "".join(f"{t}\n" for t, _ in by_id).encode("utf-8")
-
-
-def hf_files(tok: Tokenizer) -> dict[str, bytes]:
-    """The tokenizer files of a folder that ``transformers`` loads: ``tokenizer.json`` (last),
-    ``tokenizer_config.json`` with the class to use, and ``vocab.txt`` only for a tokenizer the
-    BERT classes rebuild exactly (a Unigram ``vocab.txt`` would read as a WordPiece one, in
-    transformers' BERT classes and in ``load_pretrained``, and encode as [UNK])."""
-    config = json.dumps(_config_json(tok), indent=2, sort_keys=True) + "\n"
-    files = {"vocab.txt": _vocab_lines(tok)} if is_bert_compatible(tok) else {}
-    files["tokenizer_config.json"] = config.encode()
-    files["tokenizer.json"] = tok.to_str(pretty=True).encode("utf-8")
-    return files
-
-
 def _write(tok: Tokenizer, *, kind: str, lowercase: bool, out_dir: str) -> schema.TokenizerInfo:
     """The tokenizer files (``hf_files``) into ``out_dir`` (any storage location)."""
     out = str(out_dir)
@@ -323,5 +236,5 @@ def _write(tok: Tokenizer, *, kind: str, lowercase: bool, out_dir: str) -> schem
     for name, data in files.items():
         storage.write_bytes(storage.join(out, name), data)
     return schema.TokenizerInfo(kind=kind, vocab_size=tok.get_vocab_size(with_added_tokens=True),
-                                sha256=sha256_bytes(files["tokenizer.json"]), lowercase=lowercase,
-                                special_tokens=_check_specials(tok, where=storage.join(out, "tokenizer.json")))
+                                sha256=sha256_bytes(files[schema.TOKENIZER_JSON]), lowercase=lowercase,
+                                special_tokens=_check_specials(tok, where=storage.join(out, schema.TOKENIZER_JSON)))

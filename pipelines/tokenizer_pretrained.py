@@ -3,7 +3,7 @@
 ``tokenizer.pretrained`` (``--tokenizer LOCATION``) is any storage location. ``open_pretrained``
 reads it, decides what it is and checks it; the build calls it twice: at planning (its
 ``fingerprint`` goes into the tokenizer stage's key, so every error here comes before any Ray
-work) and in the stage, which writes the result (``pipelines.tokenizer.load_pretrained``).
+work) and in the stage, which writes the result (``load_pretrained``).
 
 A file. ``*.json`` is a ``tokenizers`` tokenizer.json, used as it is: its normaliser decides
 lower-casing. Anything else is a BERT vocab.txt (a token per line, the id is the line number),
@@ -57,11 +57,12 @@ from common.config import ConfigError
 from common.hashing import sha256_bytes
 from pipelines import schema
 from pipelines.config import TokenizerConfig
-from pipelines.tokenizer import _attach_post_processor, _check_specials, _spec, is_bert_compatible, normalizer_flags
+from pipelines.tokenizer import _attach_post_processor, _check_specials, _write
+from pipelines.tokenizer_files import is_bert_compatible, normalizer_flags, spec as _spec
 
 # transformers classes that build BERT's WordPiece pipeline from a vocabulary (all one class in 5).
 BERT_CLASSES = frozenset({"BertTokenizer", "BertTokenizerFast", "ElectraTokenizer", "ElectraTokenizerFast"})
-CONFIG, VOCAB, JSON = "tokenizer_config.json", "vocab.txt", "tokenizer.json"
+CONFIG, VOCAB, JSON = schema.TOKENIZER_CONFIG, schema.VOCAB_TXT, schema.TOKENIZER_JSON
 FOLDER_FILES = (VOCAB, JSON, CONFIG)  # read from a folder, in the order the error lists them
 # Bump when the same files would give another tokenizer (2: folders; a vocab.txt's special
 # tokens became added tokens): it is in the fingerprint, so the tokenizer is rebuilt.
@@ -281,3 +282,11 @@ def open_pretrained(location: str, cfg: TokenizerConfig) -> Pretrained:
     if pre.tokenizer.post_processor is None:
         _attach_post_processor(pre.tokenizer)
     return pre
+
+
+def load_pretrained(path: str, cfg: TokenizerConfig, out_dir: str) -> schema.TokenizerInfo:
+    """Use an existing tokenizer instead of training one: a ``tokenizer.json``, a BERT
+    ``vocab.txt`` or a Hugging Face model folder, any storage location (``open_pretrained``);
+    its files are written to ``out_dir`` as a trained one's are."""
+    pre = open_pretrained(path, cfg)
+    return _write(pre.tokenizer, kind="pretrained", lowercase=pre.lowercase, out_dir=out_dir)

@@ -2,7 +2,8 @@
 
 * ``init_ray``: local Ray by default; with an address, a cluster. On a cluster the driver ships
   the project's own packages (``common``, ``pipelines``) as ``py_modules`` and the variables
-  that locate the object store (``common.storage.STORE_ENV``: endpoint, credentials) as
+  that locate the object store (``common.storage.worker_env``: the endpoint and credentials
+  variables every storage scheme declares, ``common.storage_schemes``) as
   ``env_vars``, so every worker reads and writes the same URIs as the driver. Ray keeps a job's
   runtime_env in its GCS and shows it in the dashboard: on a shared cluster give the nodes their
   own credentials (an instance profile, workload identity) and leave the keys out of the driver's
@@ -14,6 +15,9 @@
   Either way every worker gets ``WORKER_THREAD_ENV``: one ``tokenizers`` thread per task, as a
   task holds one CPU (the driver, which trains the tokenizer, keeps its own environment).
 * ``configure_data_context``: Ray Data settings measured to matter (see its docstring).
+* ``quiet_ray_data_console`` and ``drop_stale_no_cpu_warning``: Ray Data's console shows warnings
+  and errors, not three lines per execution, and not its false "no available CPUs ... will hang"
+  warning on our own local Ray (``ELECTRA_PROGRESS`` brings the lines and the bars back).
 * ``partitions_for``: shuffle partition counts from the data size (with a fixed floor), never
   from the CPUs present at start. An autoscaling cluster whose head has 0 CPUs would otherwise get the minimum, and a
   small corpus on a big cluster hundreds of empty partitions.
@@ -24,8 +28,10 @@ map tasks only, so none of its shuffle or reader settings matter any more.
 """
 from __future__ import annotations
 
+import logging
 import math
 import os
+
 from common import storage
 
 # Bytes of shuffled rows per partition. Sorting and reducing 64 MB in one task takes seconds;
@@ -58,7 +64,7 @@ def init_ray(address: str | None = None, *, num_cpus: int | None = None, worker_
         import common
         import pipelines
 
-        env = {k: os.environ[k] for k in storage.STORE_ENV if os.environ.get(k)}
+        env = storage.worker_env()
         env.update(WORKER_THREAD_ENV, RAY_ENABLE_UV_RUN_RUNTIME_ENV="0")
         # Folder paths, not module objects: inside a Ray Job the runtime_env is deep-copied, and
         # module objects cannot be pickled.
@@ -72,6 +78,7 @@ def init_ray(address: str | None = None, *, num_cpus: int | None = None, worker_
         # this machine (that is what --ray-address is for).
         ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
                  runtime_env={"env_vars": dict(WORKER_THREAD_ENV)})
+        drop_stale_no_cpu_warning()
     configure_data_context()
 
 
@@ -95,6 +102,57 @@ def configure_data_context() -> None:
     # attempt may be retried, and the CLI prints its one line.
     ctx.raise_original_map_exception = True
     ctx.enable_progress_bars = bool(os.environ.get("ELECTRA_PROGRESS", ""))
+    if not ctx.enable_progress_bars:
+        # Ray Data's once-per-process hint "Progress bars disabled. To enable, set ..." answers a
+        # choice made here on purpose: mark it as already said (ELECTRA_PROGRESS is our switch).
+        from ray.util.debug import log_once
+
+        log_once("ray_data_progress_manager_disabled")
+    quiet_ray_data_console()
+
+
+def quiet_ray_data_console() -> None:
+    """Ray Data's console handler at WARNING unless ``ELECTRA_PROGRESS`` is set: every execution
+    (a stage runs several) logs "Starting execution", its plan and "execution finished" at INFO,
+    most of a build's console. Ray Data's own log file in the Ray session folder keeps them."""
+    level = logging.INFO if os.environ.get("ELECTRA_PROGRESS", "") else logging.WARNING
+    for handler in logging.getLogger("ray.data").handlers:
+        if handler.get_name() == "console":
+            handler.setLevel(level)
+
+
+# Ray Data checks ``ray.available_resources()`` before each execution and, once per process,
+# warns "The Ray cluster currently does not have any available CPUs. The Dataset job will hang
+# unless more CPUs are freed up" when that snapshot shows none. Our stages run executions back
+# to back, and the CPUs the previous one's tasks held reach the cluster's resource view a moment
+# after they return (measured on a 2-CPU local Ray: right after ``materialize()`` one CPU still
+# showed busy, a second later both were free). The snapshot is stale, nothing hangs: the next
+# execution's tasks start as those CPUs free up.
+NO_CPU_WARNING = "Warning: The Ray cluster currently does not have any available CPUs"
+
+
+class _StaleNoCpuWarning(logging.Filter):
+    """Drops Ray Data's no-CPU warning while the cluster has CPUs at all (a cluster without any
+    would hang: that warning stays)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not str(record.msg).startswith(NO_CPU_WARNING):
+            return True
+        import ray
+
+        try:
+            return not ray.cluster_resources().get("CPU")
+        except Exception:  # no answer from the cluster: let the warning through
+            return True
+
+
+def drop_stale_no_cpu_warning() -> None:
+    """Install ``_StaleNoCpuWarning`` on Ray Data's logger; only for a local Ray this process
+    started, whose CPUs nothing but our own stages use (on a shared cluster another job's actors
+    may hold them for good, and the warning is then true)."""
+    logger = logging.getLogger("ray.data.dataset")
+    if not any(isinstance(f, _StaleNoCpuWarning) for f in logger.filters):
+        logger.addFilter(_StaleNoCpuWarning())
 
 
 def partitions_for(num_bytes: int, *, partition_bytes: int = PARTITION_BYTES) -> int:

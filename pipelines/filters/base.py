@@ -1,16 +1,9 @@
-"""The filter blocks' one interface, their registry, and running them over a batch.
+"""Running the filter blocks over a batch: the filter stage's map function.
 
-A block is built from its config section (``filter.<name>``) and called with a ``Doc``; it
-returns None to keep the document or a ``Verdict``: the reason ``filter:<block>:<rule>`` and a
-``detail`` with the measured value against the threshold (``"words=3 < 50"``). Blocks run in the
-order ``filter.blocks`` lists them and the first verdict decides, so cheap, selective blocks
-belong first. A block may also rewrite the document (C4 removes lines, PII replaces addresses)
-or annotate it (the language block sets ``Doc.language``).
-
-``Doc`` carries the text and the statistics several blocks need, computed once and only when
-asked for: the word tokens serve the Gopher quality, Gopher repetition, C4 and FineWeb blocks.
-A block that rewrites the text says whether the words survive (C4 removing only blank lines
-leaves them as they were), so they are not recomputed for nothing.
+A block is one module of this package that declares itself (``pipelines.filters.registry``:
+its name, config section and position; what it sees and returns: ``pipelines.filters.block``).
+``build_blocks`` builds the blocks ``filter.blocks`` names from their sections; they run in
+that order and the first verdict decides, so cheap, selective blocks belong first.
 
 Languages (``pipelines.language``). Each document is filtered with its language's profile: its
 word splitter (whitespace for English and other spaced scripts, a segmenter for Japanese,
@@ -25,86 +18,41 @@ not already reject, runs the blocks, sets ``reason``/``detail`` on drops and wri
 language in a ``language`` column ("" where the language block did not run), which
 ``pipelines.engine.parts`` counts per language and removes before writing. An empty document after
 normalisation is always dropped (``filter:empty``), whatever the blocks.
+
+The filter config (``pipelines.config.FilterConfig``) is typed ``Any`` here: it is made from the
+blocks' declarations, so this module, which the blocks' package imports, does not import it.
 """
 from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any, Callable, NamedTuple, Protocol
+from typing import Any
 
 import numpy as np
 
-from pipelines.config import FILTER_BLOCKS, FilterConfig
-from pipelines.filters import text as textstats
+from pipelines.filters import registry
+from pipelines.filters.block import Block, Doc, Verdict
 from pipelines.filters.normalize import normalize_text
 
-
-class Verdict(NamedTuple):
-    reason: str  # "filter:<block>:<rule>"
-    detail: str  # measured value vs threshold
+__all__ = ["Block", "Doc", "Filters", "Verdict", "build_blocks", "filter_batch", "references", "run_blocks"]
 
 
-class Doc:
-    """One document while the blocks look at it: its text, language and cached statistics."""
-
-    __slots__ = ("text", "language", "language_score", "ranked", "split", "_words")
-
-    def __init__(self, text: str, split: Callable[[str], list[str]] = textstats.words):
-        self.text = text
-        self.language = ""  # set by the language block: the top language's code
-        self.language_score = 0.0
-        self.ranked: list[tuple[str, float]] | None = None  # language ID's ranking, once computed
-        self.split = split  # the language's word splitter (pipelines.language.segmenters)
-        self._words: list[str] | None = None
-
-    @property
-    def words(self) -> list[str]:
-        if self._words is None:
-            self._words = self.split(self.text)
-        return self._words
-
-    def set_text(self, text: str, *, same_words: bool = False) -> None:
-        """Rewrite the text; ``same_words``: only whitespace changed, the tokens stay valid."""
-        self.text = text
-        if not same_words:
-            self._words = None
-
-
-class Block(Protocol):
-    name: str
-
-    def __call__(self, doc: Doc) -> Verdict | None: ...
-
-
-# name -> factory taking the block's config section; filled by the block modules on import.
-REGISTRY: dict[str, Callable[[Any], Block]] = {}
-
-
-def register(name: str) -> Callable[[Callable[[Any], Block]], Callable[[Any], Block]]:
-    def wrap(factory: Callable[[Any], Block]) -> Callable[[Any], Block]:
-        assert name in FILTER_BLOCKS, f"block {name!r} missing from config.FilterBlock"
-        REGISTRY[name] = factory
-        return factory
-    return wrap
-
-
-def build_blocks(cfg: FilterConfig, code: str = "en") -> list[Block]:
+def build_blocks(cfg: Any, code: str = "en") -> list[Block]:
     """The blocks ``cfg.blocks`` names that language ``code`` runs, in order, each built from its
     section with the language's overrides (``pipelines.language.profiles``)."""
-    from pipelines.filters import (c4, code as code_block, fineweb, gopher_quality,  # noqa: F401
-                                   gopher_repetition, language, lm_quality, pii)
     from pipelines.language.profiles import blocks_for, profile_for
 
     profile = profile_for(code)
     names, _ = blocks_for(profile, list(cfg.blocks), references(cfg), frozenset(cfg.by_language.get(code, {})))
     out = []
     for name in names:
+        spec = registry.spec(name)
         section = cfg.section(name, code, profile.overrides)
-        out.append(REGISTRY[name](section, profile.splitter) if name == "lm_quality" else REGISTRY[name](section))
+        out.append(spec.build(section, profile.splitter) if spec.splitter else spec.build(section))
     return out
 
 
-def references(cfg: FilterConfig) -> dict[str, str | None]:
+def references(cfg: Any) -> dict[str, str | None]:
     """language -> its lm_quality reference (English: the configured one, None = shipped)."""
     out = {code: (s.get("lm_quality") or {}).get("reference") for code, s in cfg.by_language.items()}
     out["en"] = cfg.lm_quality.reference
@@ -114,7 +62,7 @@ def references(cfg: FilterConfig) -> dict[str, str | None]:
 class Filters:
     """The blocks per language for one filter config, built on first use (module docstring)."""
 
-    def __init__(self, cfg: FilterConfig):
+    def __init__(self, cfg: Any):
         from pipelines.language.profiles import profile_for
         from pipelines.language.segmenters import splitter
 
@@ -149,23 +97,6 @@ class Filters:
         return self._blocks[code]
 
 
-def below(rule: str, measure: str, value: float, limit: float | None) -> Verdict | None:
-    """Helpers for a rule's verdict; a None limit disables the rule."""
-    if limit is not None and value < limit:
-        return Verdict(rule, f"{measure}={fmt(value)} < {fmt(limit)}")
-    return None
-
-
-def above(rule: str, measure: str, value: float, limit: float | None) -> Verdict | None:
-    if limit is not None and value > limit:
-        return Verdict(rule, f"{measure}={fmt(value)} > {fmt(limit)}")
-    return None
-
-
-def fmt(x: float) -> str:
-    return str(x) if isinstance(x, int) else f"{x:.3g}"
-
-
 def run_blocks(doc: Doc, blocks: list[Block]) -> Verdict | None:
     """The first block's verdict, or None when every block keeps the document."""
     if not doc.text.strip():
@@ -182,7 +113,7 @@ def run_blocks(doc: Doc, blocks: list[Block]) -> Verdict | None:
 _FILTERS_CACHE: dict[str, Filters] = {}
 
 
-def _cached_filters(cfg: FilterConfig, version: str = "") -> Filters:
+def _cached_filters(cfg: Any, version: str = "") -> Filters:
     # One set of blocks per config (and filter-stage key: it covers the files the blocks read)
     # and process: building the language block loads its model.
     key = json.dumps(dataclasses.asdict(cfg), sort_keys=True) + version
@@ -191,7 +122,7 @@ def _cached_filters(cfg: FilterConfig, version: str = "") -> Filters:
     return _FILTERS_CACHE[key]
 
 
-def filter_batch(batch: dict[str, np.ndarray], cfg: FilterConfig, protected: Any = None,
+def filter_batch(batch: dict[str, np.ndarray], cfg: Any, protected: Any = None,
                  version: str = "") -> dict[str, np.ndarray]:
     """Normalise and filter every not-yet-rejected row (see the module docstring); with
     ``protected`` (a ``ProtectedSet`` or a Ray reference to one), a document the blocks keep is

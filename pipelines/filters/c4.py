@@ -38,10 +38,36 @@ line is dropped as ``filter:empty``.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
-from pipelines.config import C4Config
-from pipelines.filters.base import Doc, Verdict, below, register
+from common.config import check
+from pipelines.filters.block import Doc, Verdict, below, nonnegative
+from pipelines.filters.registry import register
 from pipelines.filters.text import CLOSERS, sentence_count
+
+
+@dataclass
+class C4Config:
+    remove_citations: bool = True  # "[1]", "[edit]", "[citation needed]" removed from kept lines
+    filter_no_terminal_punct: bool = True  # lines must end in . ? ! " ' (not "...")
+    # Not in datatrove: a terminal mark followed by closing quotes or brackets ('.”', '?)')
+    # also ends a line (datatrove drops book dialogue and typographic quotes). false: datatrove's rule.
+    allow_closing_quotes: bool = True
+    min_num_sentences: int | None = 5  # documents with fewer sentences left are dropped
+    min_words_per_line: int | None = 3
+    max_word_length: int | None = 1000  # lines with a longer word are removed
+    filter_lorem_ipsum: bool = True  # documents
+    filter_javascript: bool = True  # lines
+    filter_curly_bracket: bool = True  # documents
+    filter_policy: bool = True  # lines (cookies, terms of use, privacy policy)
+    # The characters a kept line may end in (datatrove's . ? ! " '); a language's profile gives
+    # its own (pipelines/language/profiles.py: 。！？ and CJK closing brackets for Chinese).
+    end_punctuation: str = ".?!\"'"
+
+    def validate(self) -> None:
+        nonnegative(self, "min_num_sentences", "min_words_per_line", "max_word_length")
+        check(bool(self.end_punctuation), "end_punctuation must name at least one character")
+
 
 _P = "filter:c4:"
 _CITATION = re.compile(r"\[\d*]|\[edit]|\[citation needed]")
@@ -109,6 +135,6 @@ class C4:
         return None
 
 
-@register("c4")
+@register("c4", config=C4Config, position=40, counts_words=True)
 def build(cfg: C4Config) -> C4:
     return C4(cfg)

@@ -22,9 +22,24 @@ generated demo text) and code; they are not tuned to any test set.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
-from pipelines.config import CodeConfig
-from pipelines.filters.base import Doc, Verdict, above, register
+from common.config import check
+from pipelines.filters.block import Doc, Verdict, above, nonnegative
+from pipelines.filters.registry import register
+
+
+@dataclass
+class CodeConfig:
+    # Not in datatrove (pipelines/filters/code.py): source code without braces or with comments.
+    max_code_line_frac: float | None = 0.3  # max share of non-empty lines that read as code
+    min_code_lines: int = 3  # ... and only when at least this many lines do
+    max_symbol_ratio: float | None = 0.05  # max share of { } [ ] < > = ; | \ $ # in non-space characters
+
+    def validate(self) -> None:
+        nonnegative(self, "max_code_line_frac", "max_symbol_ratio")
+        check(self.min_code_lines >= 1, "min_code_lines must be >= 1")
+
 
 _P = "filter:code:"
 
@@ -91,6 +106,6 @@ class Code:
         return None
 
 
-@register("code")
+@register("code", config=CodeConfig, position=30)
 def build(cfg: CodeConfig) -> Code:
     return Code(cfg)

@@ -21,10 +21,31 @@ text has no blank lines, so ``list_ratio`` is one newline per line, as in datatr
 """
 from __future__ import annotations
 
-from pipelines.config import FineWebConfig
-from pipelines.filters.base import Doc, Verdict, above, below, register
+from dataclasses import dataclass
+
+from common.config import check
+from pipelines.filters.block import Doc, Verdict, above, below, nonnegative
 from pipelines.filters.gopher_repetition import duplicates
+from pipelines.filters.registry import register
 from pipelines.filters.text import CLOSERS, TERMINAL_PUNCTUATION
+
+
+@dataclass
+class FineWebConfig:
+    line_punct_thr: float | None = 0.12  # min share of lines ending in terminal punctuation
+    line_punct_exclude_zero: bool = False
+    # Not in datatrove: a terminal mark followed by closing quotes or brackets ('."', '?”', '.)')
+    # also counts as a punctuated line. false: datatrove's rule.
+    allow_closing_quotes: bool = True
+    short_line_thr: float | None = 0.67  # max share of lines of <= short_line_length characters
+    short_line_length: int = 30
+    char_duplicates_ratio: float | None = 0.01  # max characters in duplicated lines / all
+    new_line_ratio: float | None = 0.3  # max newlines per word (lists)
+
+    def validate(self) -> None:
+        nonnegative(self, "line_punct_thr", "short_line_thr", "char_duplicates_ratio", "new_line_ratio")
+        check(self.short_line_length >= 0, "short_line_length must be >= 0")
+
 
 _P = "filter:fineweb:"
 
@@ -68,6 +89,6 @@ class FineWeb:
         return None
 
 
-@register("fineweb")
+@register("fineweb", config=FineWebConfig, position=50, counts_words=True)
 def build(cfg: FineWebConfig) -> FineWeb:
     return FineWeb(cfg)

@@ -27,9 +27,33 @@ are words with a letter without further checks; only the rest are inspected one 
 """
 from __future__ import annotations
 
-from pipelines.config import GopherQualityConfig
-from pipelines.filters.base import Doc, Verdict, above, below, register
+from dataclasses import dataclass, field
+
+from pipelines.filters.block import Doc, Verdict, above, below, nonnegative
+from pipelines.filters.registry import register
 from pipelines.filters.text import has_letter, is_symbol
+
+
+# Field names and defaults are datatrove's (0.10.1) constructor arguments; every threshold
+# is ``X | None`` and None disables that rule (as in the other datatrove blocks).
+@dataclass
+class GopherQualityConfig:
+    min_doc_words: int | None = 50
+    max_doc_words: int | None = 100_000
+    min_avg_word_length: float | None = 3
+    max_avg_word_length: float | None = 10
+    max_symbol_word_ratio: float | None = 0.1  # '#' and ellipses per word
+    max_bullet_lines_ratio: float | None = 0.9
+    max_ellipsis_lines_ratio: float | None = 0.3
+    max_non_alpha_words_ratio: float | None = 0.8  # datatrove's name: the MIN share of words with a letter
+    min_stop_words: int | None = 2
+    stop_words: list[str] = field(default_factory=lambda: ["the", "be", "to", "of", "and", "that", "have", "with"])
+
+    def validate(self) -> None:
+        nonnegative(self, "min_doc_words", "max_doc_words", "min_avg_word_length", "max_avg_word_length",
+                    "max_symbol_word_ratio", "max_bullet_lines_ratio", "max_ellipsis_lines_ratio",
+                    "max_non_alpha_words_ratio", "min_stop_words")
+
 
 _P = "filter:gopher_quality:"
 
@@ -101,6 +125,6 @@ class GopherQuality:
         return None
 
 
-@register("gopher_quality")
+@register("gopher_quality", config=GopherQualityConfig, position=10, counts_words=True)
 def build(cfg: GopherQualityConfig) -> GopherQuality:
     return GopherQuality(cfg)

@@ -33,11 +33,36 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from dataclasses import dataclass, field
 from itertools import accumulate
 from operator import itemgetter
+from typing import Any
 
-from pipelines.config import GopherRepetitionConfig
-from pipelines.filters.base import Doc, Verdict, above, register
+from common.config import check
+from pipelines.filters.block import Doc, Verdict, above, nonnegative
+from pipelines.filters.registry import register
+
+
+@dataclass
+class GopherRepetitionConfig:
+    dup_line_frac: float | None = 0.3
+    dup_para_frac: float | None = 0.3
+    dup_line_char_frac: float | None = 0.2
+    dup_para_char_frac: float | None = 0.2
+    # [n, max character fraction] pairs; a null fraction disables that n.
+    # (Typed loosely here, checked in validate(): the loader types a list's items alike.)
+    top_n_grams: list[list[Any]] = field(default_factory=lambda: [[2, 0.2], [3, 0.18], [4, 0.16]])
+    dup_n_grams: list[list[Any]] = field(default_factory=lambda: [
+        [5, 0.15], [6, 0.14], [7, 0.13], [8, 0.12], [9, 0.11], [10, 0.10]])
+
+    def validate(self) -> None:
+        nonnegative(self, "dup_line_frac", "dup_para_frac", "dup_line_char_frac", "dup_para_char_frac")
+        for name in ("top_n_grams", "dup_n_grams"):
+            for pair in getattr(self, name):
+                check(len(pair) == 2 and type(pair[0]) is int and pair[0] >= 1
+                      and (pair[1] is None or (type(pair[1]) in (int, float) and pair[1] >= 0)),
+                      f"{name}: expected [n >= 1, fraction or null] pairs, got {list(pair)}")
+
 
 _P = "filter:gopher_repetition:"
 _PARAGRAPHS = re.compile(r"\n{2,}")
@@ -144,6 +169,6 @@ def _scan(words: list[str], ends: list[int], n: int) -> int:
     return chars
 
 
-@register("gopher_repetition")
+@register("gopher_repetition", config=GopherRepetitionConfig, position=20)
 def build(cfg: GopherRepetitionConfig) -> GopherRepetition:
     return GopherRepetition(cfg)

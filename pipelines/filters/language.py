@@ -24,13 +24,27 @@ from __future__ import annotations
 
 import functools
 import math
+from dataclasses import dataclass, field
 from operator import itemgetter
 
 import numba
 import numpy as np
 
-from pipelines.config import LanguageConfig
-from pipelines.filters.base import Doc, Verdict, register
+from pipelines.filters.block import Doc, Verdict, nonnegative
+from pipelines.filters.registry import register
+
+
+@dataclass
+class LanguageConfig:
+    languages: list[str] | None = field(default_factory=lambda: ["en"])  # null: any language
+    min_score: float | None = 0.65  # datatrove's language_threshold (the top language's probability)
+    # Not in datatrove: characters classified (the start of the document, cut at a space);
+    # null: the whole text. Language ID is the costliest block on long documents.
+    sample_chars: int | None = 2000
+
+    def validate(self) -> None:
+        nonnegative(self, "min_score", "sample_chars")
+
 
 _P = "filter:language:"
 
@@ -144,6 +158,6 @@ class Language:
         return Verdict(_P + "min_score", f"{top}={score:.3g} <= {limit:.3g}")
 
 
-@register("language")
+@register("language", config=LanguageConfig, position=60)
 def build(cfg: LanguageConfig) -> Language:
     return Language(cfg)

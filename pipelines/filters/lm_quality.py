@@ -39,11 +39,35 @@ from __future__ import annotations
 
 import functools
 import gzip
+from dataclasses import dataclass
 from pathlib import Path
 
-from pipelines.config import LmQualityConfig
-from pipelines.filters.base import Doc, Verdict, above, below, register
+from common.config import check
+from pipelines.filters.block import Doc, Verdict, above, below
 from pipelines.filters.kneser_ney import KneserNey
+from pipelines.filters.registry import register
+
+
+@dataclass
+class LmQualityConfig:
+    # Not in datatrove (pipelines/filters/lm_quality.py): a word trigram Kneser-Ney model of a
+    # clean reference text. null: the English books shipped in pipelines/filters/reference/;
+    # else a UTF-8 .txt or .txt.gz file (any storage location), documents separated by blank lines.
+    reference: str | None = None
+    min_count: int = 2  # reference words seen fewer times are <unk>
+    max_unknown_frac: float | None = 0.5  # max share of tokens the reference never had
+    # Mean nats per word the two tokens before each word add to the model's probability of it;
+    # text in random word order loses (< 0), meaningful text gains.
+    min_context_gain: float | None = -0.25
+    max_perplexity: float | None = None  # CCNet's signal; depends on the reference's domain
+    max_tokens: int | None = 2000  # tokens scored per document (its start); null: all
+
+    def validate(self) -> None:
+        check(self.min_count >= 1, "min_count must be >= 1")
+        check(self.max_unknown_frac is None or 0 <= self.max_unknown_frac <= 1, "max_unknown_frac must be in [0, 1]")
+        check(self.max_perplexity is None or self.max_perplexity > 0, "max_perplexity must be > 0 or null")
+        check(self.max_tokens is None or self.max_tokens >= 1, "max_tokens must be >= 1 or null")
+
 
 _P = "filter:lm_quality:"
 REFERENCE = Path(__file__).parent / "reference" / "en.txt.gz"
@@ -126,6 +150,6 @@ class LmQuality:
         return None if verdict is None else Verdict(verdict.reason, verdict.detail + extra)
 
 
-@register("lm_quality")
+@register("lm_quality", config=LmQualityConfig, position=70, splitter=True, counts_words=True)
 def build(cfg: LmQualityConfig, splitter: str = "") -> LmQuality:
     return LmQuality(cfg, splitter)

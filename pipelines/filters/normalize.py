@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-
-from pipelines.config import FilterConfig
+from typing import Any
 
 UNICODE_FORMS = ("NFC", "NFKC", "NFD", "NFKD", "none")
 
@@ -27,8 +26,10 @@ _TRAILING_SPACE = re.compile(" +\n")
 _MANY_NEWLINES = re.compile("\n{3,}")
 
 
-def normalize_text(text: str, cfg: FilterConfig) -> str:
-    """Canonical form of a document (see the module docstring for each step)."""
+def normalize_text(text: str, cfg: Any) -> str:
+    """Canonical form of a document (see the module docstring for each step); ``cfg``: the
+    filter config (``pipelines.config.FilterConfig``, which takes its ``unicode_form`` choices
+    from ``UNICODE_FORMS`` here, so this module does not import it)."""
     form = cfg.unicode_form
     if form not in UNICODE_FORMS:
         raise ValueError(f"filter.unicode_form={form!r}; expected one of {UNICODE_FORMS}")

@@ -12,9 +12,23 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from dataclasses import dataclass, field
 
-from pipelines.config import PiiConfig
-from pipelines.filters.base import Doc, Verdict, register
+from pipelines.filters.block import Doc, Verdict
+from pipelines.filters.registry import register
+
+
+@dataclass
+class PiiConfig:
+    # datatrove's PIIFormatter: e-mail addresses and (public) IP addresses replaced, never dropped.
+    remove_emails: bool = True
+    remove_ips: bool = True
+    only_remove_public_ips: bool = True
+    email_replacement: list[str] = field(
+        default_factory=lambda: ["email@example.com", "firstname.lastname@example.org"])
+    ip_replacement: list[str] = field(default_factory=lambda: ["22.214.171.124", "126.96.36.199", "188.8.131.52",
+                                                              "184.108.40.206", "220.127.116.11", "18.104.22.168"])
+
 
 _OCTET = r"(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)"
 _IPV4 = re.compile(rf"(?<![\d.]){_OCTET}(?:\.{_OCTET}){{3}}(?![\d]|\.\d)")
@@ -61,6 +75,6 @@ class Pii:
         return None
 
 
-@register("pii")
+@register("pii", config=PiiConfig, position=80, default=False)
 def build(cfg: PiiConfig) -> Pii:
     return Pii(cfg)

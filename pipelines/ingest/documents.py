@@ -60,7 +60,9 @@ only: not UTF-8 and no charset fits, or damaged UTF-8, or ``detect_charset`` off
 ``warcinfo``/``request``/``metadata``/``revisit``/``continuation`` record, counted, not a
 document), ``ingest:html`` (an HTML payload: no HTML text extractor ships),
 ``ingest:unsupported_payload`` (another type, or a payload under a transfer/content encoding),
-``ingest:bad_warc`` (an unparseable record; reading the file stops there). Failing storage is not
+``ingest:bad_warc`` (an unparseable record; reading the file stops there). With
+``strip_boilerplate`` (the books profile), a kept document loses its Project Gutenberg licence
+header and footer, each quarantined as a row of its own (``boilerplate``). Failing storage is not
 bad input: an I/O error reading the file, or a read shorter than the listing
 (``common.storage.StorageError``), is raised, so the orchestrator's retries deal with it instead
 of a file being quarantined by a hiccup.
@@ -76,6 +78,7 @@ import numpy as np
 
 from common.hashing import stable_uid
 from pipelines.config import IngestConfig
+from pipelines.ingest.boilerplate import strip_rows
 from pipelines.ingest.mediawiki import is_dump_name
 from pipelines.ingest.multistream import bz2_rows
 from pipelines.ingest.parquet import parquet_rows
@@ -167,6 +170,8 @@ def iter_rows(path: str, cfg: IngestConfig, *, start: int = 0, end: int | None =
         rows = seekable_rows(path, kind, cfg=cfg, start=start, end=end, name=name, size=size)
     else:
         rows = stream_rows(path, compression, kind, cfg=cfg, start=start, end=end, name=name, size=size)
+    if cfg.strip_boilerplate:  # the books profile: licence header and footer cut, quarantined
+        rows = strip_rows(rows)
     n = 0
     for row in rows:
         n += 1

@@ -15,9 +15,16 @@ stage keeps fewer than ``NEARLY`` of its documents:
   that is not kept -> ``--language`` for it; a word rule dropping text of a language that is not
   the one the build filters for -> ``--language`` too; otherwise the rule to relax.
 
-With nothing kept the stage fails with the line (the CLI prints it as its one-line error);
-with a few kept it becomes a manifest warning. Only this path reads the quarantine: a build that
-keeps its documents pays nothing.
+With nothing kept the stage fails with the line (``NothingKept``, a ``ConfigError``: the CLI
+prints it as its one-line error, exit 2); with a few kept it becomes a manifest warning. Only this
+path reads the quarantine: a build that keeps its documents pays nothing. Either way the line ends
+with the quarantine folder, where every dropped document is one JSON line with its reason.
+
+Ingest can keep nothing too (every file empty, binary, or in an undecodable encoding): the
+filter stage would then see no document and the tokenizer fail on an empty sample, three stages
+and several tracebacks later. ``ingest_report`` is the same line for ingest: its reasons with
+counts, the cause and the fix chosen from the top reason (a table, ``_INGEST_CAUSES``), and the
+folder. Languages are never known there (identification is a filter block).
 """
 from __future__ import annotations
 
@@ -27,11 +34,19 @@ from collections import Counter
 from typing import Any
 
 from common import storage
+from common.config import ConfigError
 
 NEARLY = 0.05  # keeping fewer than this share of the documents is "nearly everything dropped"
 SAMPLE = 200  # dropped documents whose language is identified for the message
 MAX_FILES = 8  # quarantine parts read at most for that sample
 _WORD_BLOCKS = ("gopher_quality", "gopher_repetition", "c4", "fineweb", "lm_quality")
+# Codes an identifier gives text without a language (symbols, numbers): never a --language fix.
+NOT_LANGUAGES = frozenset({"zxx", "und", "mul", "mis"})
+
+
+class NothingKept(ConfigError):
+    """A stage kept no document at all: its line names the reasons, the cause, the fix and the
+    quarantine folder. A ``ConfigError``, so the CLI prints it as one line and exits 2."""
 
 
 def sampled_languages(rejected: str, files: list[dict[str, Any]], *, sample: int = SAMPLE,
@@ -59,8 +74,9 @@ def explain(stats: dict[str, Any], languages: list[str] | None, sampled: Counter
     n_in, n_out = stats["documents_in"], stats["documents_out"]
     reasons = sorted(stats["dropped"].items(), key=lambda kv: (-kv[1], kv[0]))
     shown = ", ".join(f"{r.removeprefix('filter:')} {n}" for r, n in reasons[:4])
-    seen = [code for code, n in sampled.most_common() if n >= 0.2 * sum(sampled.values())] or \
-        [code for code, _ in sampled.most_common(1)]
+    real = Counter({code: n for code, n in sampled.items() if code not in NOT_LANGUAGES})
+    seen = [code for code, n in real.most_common() if n >= 0.2 * sum(real.values())] or \
+        [code for code, _ in real.most_common(1)]
     langs = ", ".join(f"{code} {n}" for code, n in sampled.most_common(5))
     kept = "any language" if languages is None else "/".join(languages)
     top = reasons[0][0] if reasons else ""
@@ -93,10 +109,53 @@ def explain(stats: dict[str, Any], languages: list[str] | None, sampled: Counter
             f"fix: {fix}")
 
 
+def where(rejected: str) -> str:
+    """The line's last clause: the folder holding one JSON line per dropped document."""
+    return f"each dropped document and its reason: {rejected.rstrip('/')}/"
+
+
 def report(stats: dict[str, Any], *, rejected: str, files: list[dict[str, Any]],
            languages: list[str] | None) -> str | None:
     """The line when fewer than ``NEARLY`` of the documents were kept, else None."""
     n_in, n_out = stats["documents_in"], stats["documents_out"]
     if n_in == 0 or n_out >= NEARLY * n_in:
         return None
-    return explain(stats, languages, sampled_languages(rejected, files))
+    return f"{explain(stats, languages, sampled_languages(rejected, files))}; {where(rejected)}"
+
+
+# Ingest's reasons -> (likely cause, fix); the first reason by count decides.
+_INGEST_CAUSES: dict[str, tuple[str, str]] = {
+    "empty_file": ("the files hold no text (empty, or only blank lines)",
+                   "check that --source names the files you meant"),
+    "empty_document": ("the files hold no text (empty, or only blank lines)",
+                       "check that --source names the files you meant"),
+    "binary": ("the files are not text (NUL bytes, or more control bytes than ingest.max_control_ratio): "
+               "images, archives of an unknown kind, or UTF-16 without a byte-order mark",
+               "point --source at text: .txt, .jsonl, .json, .parquet, .warc/.wet or a MediaWiki .xml dump, "
+               "optionally .gz, .bz2 or .zst"),
+    "invalid_utf8": ("the text is neither UTF-8 nor in a charset that could be detected",
+                     "set ingest.detect_charset=true, or ingest.fallback_encoding to the files' codec"),
+    "missing_field": ("the records have no text under the configured field",
+                      "set ingest.jsonl_field (JSON) or ingest.parquet_column (Parquet) to the text's field"),
+    "bad_json": ("the .json/.jsonl files are not JSON Lines or a JSON array of records",
+                 "fix the files, or rename plain text to .txt"),
+    "bad_parquet": ("the Parquet files cannot be read", "check the files (truncated or not Parquet)"),
+    "oversize": ("every document is larger than ingest.max_document_bytes", "raise ingest.max_document_bytes"),
+    "html": ("the WARC payloads are HTML, and no HTML text extractor ships", "use the WET (text) files instead"),
+    "corrupt_compression": ("the compressed files fail their integrity checks",
+                            "download them again (or set ingest.keep_truncated_member=true for a cut-off "
+                            "last member)"),
+}
+
+
+def ingest_report(stats: dict[str, Any], *, rejected: str, files: int) -> str | None:
+    """The one line of an ingest stage that kept no document, else None."""
+    if stats["documents_out"] > 0:
+        return None
+    reasons = sorted(stats["dropped"].items(), key=lambda kv: (-kv[1], kv[0]))
+    shown = ", ".join(f"{r.removeprefix('ingest:')} {n}" for r, n in reasons[:5])
+    top = reasons[0][0].removeprefix("ingest:") if reasons else ""
+    cause, fix = _INGEST_CAUSES.get(top, ("the sources hold no document the readers accept",
+                                          "check the sources and ingest.text_mode"))
+    return (f"ingest kept 0 of {stats['documents_in']} documents in {files} file{'s' if files != 1 else ''}, "
+            f"every one rejected: {shown or 'nothing'}; likely cause: {cause}; fix: {fix}; {where(rejected)}")

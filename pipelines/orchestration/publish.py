@@ -14,15 +14,28 @@ clean-up leaves garbage that the next publish removes, never a corpus that is mi
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from common import storage
 from pipelines import schema
+from pipelines.config import CorpusConfig
+from pipelines.ingest import Sources
 from pipelines.pack import fill
 from pipelines.orchestration.stages import DOCUMENT_STAGES, StageResult, rejected_folder
 
-if TYPE_CHECKING:
-    from pipelines.orchestration.runner import CorpusBuild
+
+class CorpusBuild(Protocol):
+    """What publishing reads of the runner's build (``pipelines.orchestration.runner.CorpusBuild``),
+    declared here so that the runner imports this module and not the other way round."""
+    cfg: CorpusConfig
+    sources: Sources
+    out: str
+    keys: dict[str, str]
+    keep_cache: bool
+    build_key: str
+
+    @property
+    def work(self) -> str: ...
 
 log = logging.getLogger("pipelines.orchestration.publish")
 

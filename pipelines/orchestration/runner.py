@@ -1,6 +1,6 @@
 """The one runner of build-corpus: plans, runs, caches and prunes the stage table, then publishes.
 
-``CorpusBuild(sources, out, cfg)`` resolves the sources and checks the output location before any
+``CorpusBuild(job)`` (a ``pipelines.corpus_job.CorpusJob``) resolves the sources and checks the output location before any
 work (a missing bucket or path is an error naming it), then computes every stage's cache key up
 front: keys depend on config, inputs, the code version and the versions of the libraries that
 shape the output, never on outputs (``pipelines.orchestration.stages``).
@@ -43,9 +43,10 @@ from typing import Any
 from common import storage
 from common.hashing import digest
 from pipelines import schema
-from pipelines.config import CorpusConfig
+from pipelines.corpus_job import CorpusJob
 from pipelines.ingest import Sources, resolve_sources
 from pipelines.orchestration.checks import check_outputs, expected_outputs, transient, unwrapped
+from pipelines.orchestration.progress import Progress
 from pipelines.orchestration.stages import (CODE_VERSION, LIBRARIES, STAGES, Stage, StageResult, StageRun,
                                      filter_fingerprint, tokenizer_fingerprint)
 
@@ -56,14 +57,17 @@ STAGE_ATTEMPTS = 3
 
 
 class CorpusBuild:
-    """One build of a corpus at ``out`` (a path or URI) from ``sources`` with ``cfg``."""
+    """One build of a corpus: ``job`` (``pipelines.corpus_job.CorpusJob``) says the sources, the
+    output location (a path or URI), the config and whether to keep the cache; ``sources``: the
+    job's sources already resolved (a caller that resolved them once)."""
 
-    def __init__(self, sources: list[str] | Sources, out: str, cfg: CorpusConfig, *, keep_cache: bool = False,
-                 attempts: int = STAGE_ATTEMPTS):
-        self.sources = sources if isinstance(sources, Sources) else resolve_sources(sources)
-        self.out = str(out)
+    def __init__(self, job: CorpusJob, *, sources: Sources | None = None, attempts: int = STAGE_ATTEMPTS):
+        self.job = job
+        self.sources = sources if sources is not None else resolve_sources(list(job.sources))
+        self.out = str(job.out)
         storage.check_output(self.out)
-        self.cfg, self.keep_cache, self.stages = cfg, keep_cache, {s.name: s for s in STAGES}
+        cfg = job.config
+        self.cfg, self.keep_cache, self.stages = cfg, job.keep_cache, {s.name: s for s in STAGES}
         self.attempts = max(1, int(attempts))
         self.order = [s.name for s in STAGES]
         self.keys: dict[str, str] = {}
@@ -154,7 +158,8 @@ class CorpusBuild:
             self._results.pop(name, None)
             try:
                 storage.remove(self.cache(name), recursive=True)  # a killed or failed attempt's leftovers
-                record = stage.run(run)
+                with Progress(run, attempt=attempt):  # a start line, then one per EVERY seconds
+                    record = stage.run(run)
                 storage.remove(run.work, recursive=True)  # the attempt's scratch (shuffles, samples)
                 check_outputs(expected_outputs(self.out, run.cache, run.rejected, record))
                 break
@@ -230,7 +235,22 @@ def with_rates(stats: dict[str, Any], seconds: float) -> dict[str, Any]:
 
 
 def _log(result: StageResult) -> None:
+    """The stage's end line: its counts (documents for the document stages, the vocabulary,
+    examples and tokens, shards), time and rate."""
     s = result.stats
-    log.info("%-11s %8s docs in, %8s out, %7.1f s, %8.2f MB/s, dropped %s", result.name,
-             s.get("documents_in", "-"), s.get("documents_out", "-"), s.get("seconds", 0.0),
-             s.get("mb_per_sec", 0.0), s.get("dropped", {}))
+    if "documents_out" in s and result.name != "pack":
+        counts = f"{s['documents_in']} documents in, {s['documents_out']} kept, dropped {s.get('dropped', {})}"
+        if s.get("boilerplate"):
+            counts += f", licence boilerplate cut {s['boilerplate']}"
+    elif result.name == "tokenizer":
+        counts = f"vocabulary {s.get('vocab_size')}, trained on {s.get('sample_bytes', 0) / 1e6:.1f} MB"
+    elif result.name == "pack":
+        splits = ", ".join(f"{k} {v['examples']} examples from {v.get('documents', 0)} documents"
+                           for k, v in sorted(s.get("splits", {}).items()))
+        counts = f"{s.get('examples', 0)} examples, {s.get('tokens', 0)} tokens ({splits or 'no split'})"
+    else:
+        counts = f"{s.get('shards', '-')} shards, {s.get('bytes', 0) / 1e6:.1f} MB"
+    # a rate only where the stage reads its input's bytes (the tokenizer reads a sample, shard
+    # reads examples whose input size it does not record)
+    rate = f" ({s['mb_per_sec']:.2f} MB/s)" if s.get("mb_per_sec") else ""
+    log.info("%s: done in %.1f s%s: %s", result.name, s.get("seconds", 0.0), rate, counts)

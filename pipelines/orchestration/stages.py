@@ -35,6 +35,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import logging
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -45,7 +46,10 @@ from pipelines import schema
 from pipelines.engine import parts
 from pipelines.config import CorpusConfig
 from pipelines.ingest import Sources
+from pipelines.ingest.boilerplate import REASONS as BOILERPLATE_REASONS
+from pipelines.orchestration.drop_report import NothingKept, ingest_report, report
 
+log = logging.getLogger("pipelines.orchestration.stages")
 CODE_VERSION = "6"  # bump when a stage's output format or algorithm changes
 
 
@@ -144,8 +148,18 @@ def _ingest(run: StageRun) -> dict[str, Any]:
                                 full_text=rc.full_text)
     # Kept documents per encoding they were decoded with: a charset fallback is never silent.
     encodings = {enc: c["kept"] for enc, c in sorted(out.get("encodings", {}).items())}
+    # Licence boilerplate cut from kept documents is quarantined as rows of its own: counted
+    # apart, as it is part of a document, not one (``pipelines.ingest.boilerplate``).
+    cut = {r: out["reasons"].pop(r) for r in BOILERPLATE_REASONS if r in out["reasons"]}
     stats = {**parts.document_stats(out["reasons"]), "files": len(run.sources.files), "encodings": encodings,
              "read_tasks": len(tasks)}
+    if run.cfg.ingest.strip_boilerplate:
+        stats["boilerplate"] = {"headers": cut.get(BOILERPLATE_REASONS[0], [0, 0])[0],
+                                "footers": cut.get(BOILERPLATE_REASONS[1], [0, 0])[0],
+                                "bytes_removed": sum(b for _, b in cut.values())}
+    line = ingest_report(stats, rejected=run.rejected, files=len(run.sources.files))
+    if line is not None:  # nothing for the later stages: say so here, with the reasons
+        raise NothingKept(line)
     return {"stats": stats, "files": out["files"], "rejected": out["rejected"]}
 
 
@@ -183,7 +197,6 @@ def _filter(run: StageRun) -> dict[str, Any]:
 def _language_report(run: StageRun, stats: dict[str, Any], rejected: list[dict[str, Any]]) -> list[str]:
     """Warnings for the languages met whose profile skipped blocks, and the one-line explanation
     of a stage that kept (nearly) nothing: an error when it kept nothing at all."""
-    from pipelines.orchestration.drop_report import report
     from pipelines.filters.base import references
     from pipelines.language.profiles import language_warnings
 
@@ -192,7 +205,7 @@ def _language_report(run: StageRun, stats: dict[str, Any], rejected: list[dict[s
     warnings = language_warnings(list(cfg.blocks), stats["languages"], references(cfg), configured)
     line = report(stats, rejected=run.rejected, files=rejected, languages=cfg.language.languages)
     if line is not None and stats["documents_out"] == 0:
-        raise ConfigError(line)
+        raise NothingKept(line)
     return warnings + ([line] if line else [])
 
 
@@ -218,19 +231,26 @@ def tokenizer_folder(key: str) -> str:
 
 
 def _tokenizer(run: StageRun) -> dict[str, Any]:
-    from pipelines import tokenizer as tok
-
     cfg = run.cfg.tokenizer
+    if run.inputs["near_dedup"].stats["documents_out"] == 0:  # ingest and filter say why first
+        raise NothingKept(f"no documents reached the tokenizer; the reasons are in {run.corpus}/"
+                          f"{schema.REJECTED_DIR}/")
     rel = tokenizer_folder(run.key)
     out = storage.join(run.corpus, rel)
     if cfg.pretrained:
-        info, sample_bytes = tok.load_pretrained(cfg.pretrained, cfg, out), 0
+        from pipelines.tokenizer_pretrained import load_pretrained
+
+        info, sample_bytes = load_pretrained(cfg.pretrained, cfg, out), 0
     else:
         from pipelines.tokenizer_sample import train_on_sample, write_sample
 
+        total = run.inputs["near_dedup"].stats["bytes_out"]
         sample = write_sample(run.parts("near_dedup"), max_bytes=cfg.sample_bytes, seed=cfg.sample_seed,
-                              total_bytes=run.inputs["near_dedup"].stats["bytes_out"],
-                              folder=storage.join(run.work, "sample"))
+                              total_bytes=total, folder=storage.join(run.work, "sample"))
+        # Training is one Ray task with no progress of its own: say what it starts on.
+        log.info("tokenizer: training a %s vocabulary of %d on a sample of up to %.1f MB of the corpus's "
+                 "%.1f MB (%d parts)", cfg.kind, cfg.vocab_size, min(cfg.sample_bytes, total) / 1e6, total / 1e6,
+                 len(sample.files))
         info, sample_bytes = train_on_sample(sample, cfg, out)
     info.path = rel
     return {"stats": {"vocab_size": info.vocab_size, "sha256": info.sha256, "sample_bytes": sample_bytes},
@@ -311,7 +331,7 @@ def _pack(run: StageRun) -> dict[str, Any]:
     # CPU starves the read tasks feeding it on a 1-CPU cluster and deadlocks.
     examples = run.read("near_dedup").map_batches(
         _pack_batch, batch_format="numpy", batch_size=batch_docs,
-        fn_kwargs={"tokenizer_uri": storage.join(run.corpus, tok["path"], "tokenizer.json"),
+        fn_kwargs={"tokenizer_uri": schema.tokenizer_json(run.corpus, tok["path"]),
                    "cfg_json": json.dumps(dataclasses.asdict(run.cfg.pack), sort_keys=True)})
     out = parts.write_examples(examples, data=run.data, summarise=example_summary)
     splits = out["splits"]

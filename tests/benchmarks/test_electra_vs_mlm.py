@@ -1,7 +1,7 @@
 """ELECTRA vs MLM comparison (benchmarks/electra_vs_mlm.py): equal budgets, same stream, report.
 
 The smoke run is the real script end to end on a tiny corpus (tiny preset, one checkpoint per
-objective, since each fine-tuned row costs a flows.evaluate start; one task of a small generated
+objective, since each fine-tuned row costs a cli.evaluate start; one task of a small generated
 SST-2-format folder, one seed), then run again to check it resumes with nothing left to do. The
 budgets are recomputed from what the runs wrote (RUN/config.json and the final checkpoint's
 tokens_seen) with this file's own FLOPs arithmetic, the formula of electra/flops.py's docstring

@@ -6,8 +6,8 @@ from typing import Literal
 
 import pytest
 
-from common.config import (ConfigError, apply_override, check, coerce, from_dict, load_json, parse_value,
-                           set_path, to_dict)
+from common.config import (ConfigError, apply_override, check, check_key, closest, coerce, from_dict, load_json,
+                           parse_value, set_path, to_dict)
 
 
 @dataclass
@@ -50,10 +50,47 @@ def test_defaults_and_a_full_round_trip():
 def test_unknown_keys_are_named_with_the_known_ones():
     with pytest.raises(ConfigError) as info:
         from_dict(Top, {"tokenizer": {"vocab": 5}}, where=W)
-    assert str(info.value) == (f"{W}.tokenizer: unknown key(s) ['vocab']; "
-                               "known keys: ['kind', 'lowercase', 'pretrained', 'vocab_size']")
-    with pytest.raises(ConfigError, match=rf"^{W}: unknown key\(s\) \['a', 'b'\]; known keys: \['label', 'optim', "):
+    assert str(info.value) == (f"{W}.tokenizer: unknown key(s) ['vocab']; known keys: "
+                               "['kind', 'lowercase', 'pretrained', 'vocab_size']; did you mean vocab_size?")
+    with pytest.raises(ConfigError) as info:  # nothing close: the known keys only
         from_dict(Top, {"b": 1, "a": 2}, where=W)
+    assert str(info.value) == f"{W}: unknown key(s) ['a', 'b']; known keys: ['label', 'optim', 'steps', 'tokenizer']"
+    with pytest.raises(ConfigError) as info:  # several: each with its closest
+        from_dict(Top, {"step": 1, "tokeniser": {}, "zzz": 0}, where=W)
+    assert str(info.value).endswith("; did you mean steps (for step), tokenizer (for tokeniser)?")
+
+
+def test_closest_keys_are_difflib_s():
+    assert closest("max_step", ["max_steps", "save_every", "seed"]) == ["max_steps"]
+    assert closest("lr", ["lr", "beta1"]) == ["lr"] and closest("qqq", ["lr", "beta1"]) == []
+
+
+def test_an_override_is_checked_against_the_schema_and_names_the_item():
+    """With the schema, a mistyped --set key is blamed on the --set item, with the closest keys,
+    before anything is merged (without it, from_dict would blame the file it was merged into)."""
+    raw = {"steps": 3}
+    with pytest.raises(ConfigError) as info:
+        apply_override(raw, "tokenizer.vocab=5", Top)
+    assert str(info.value) == ("--set tokenizer.vocab=5: unknown key 'vocab' in tokenizer; "
+                               "did you mean tokenizer.vocab_size?")
+    assert raw == {"steps": 3}  # nothing merged
+    with pytest.raises(ConfigError) as info:
+        apply_override(raw, "tokeniser.kind=unigram", Top, flag="--override")
+    assert str(info.value) == "--override tokeniser.kind=unigram: unknown key 'tokeniser' at the top level; " \
+                              "did you mean tokenizer?"
+    with pytest.raises(ConfigError) as info:  # nothing close: the section's keys
+        apply_override(raw, "optim.zzz=1", Top)
+    assert str(info.value) == ("--set optim.zzz=1: unknown key 'zzz' in optim; "
+                               "known: optim.betas, optim.deepspeed, optim.lr")
+    with pytest.raises(ConfigError, match=r"^--set optim\.lr\.x=1: optim\.lr is a value, not a section"):
+        apply_override(raw, "optim.lr.x=1", Top)
+    with pytest.raises(ConfigError, match=r"^--set steps\.x=1: steps is a value, not a section"):
+        apply_override(raw, "steps.x=1", Top)
+    # a dict field is a tool's own tree: any key below it; a valid key goes in as before
+    apply_override(raw, "optim.deepspeed.anything.at.all=2", Top)
+    apply_override(raw, "tokenizer.vocab_size=7", Top)
+    assert raw == {"steps": 3, "optim": {"deepspeed": {"anything": {"at": {"all": 2}}}}, "tokenizer": {"vocab_size": 7}}
+    check_key(Top, ["label"], "x")  # a top-level value is a key too (the loader decides what may be set)
 
 
 def test_literal_violations_name_the_key_and_the_allowed_values():

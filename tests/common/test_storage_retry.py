@@ -151,7 +151,8 @@ def test_the_budget_setting(monkeypatch):
         with pytest.raises(ValueError, match=rf"^ELECTRA_STORE_RETRY_SECONDS='{bad}': not a number of seconds; "
                                              "set it to e.g. 300$"):
             storage.read_bytes("/nonexistent/file")
-    assert retry.ENV in storage.STORE_ENV  # Ray workers get the driver's value
+    monkeypatch.setenv(retry.ENV, "7")
+    assert storage.worker_env()[retry.ENV] == "7"  # Ray workers get the driver's value
 
 
 def test_what_counts_as_transient():
@@ -232,3 +233,89 @@ def test_the_proxy_serves_a_subprocess_and_opens_its_window_at_a_trigger(s3_serv
     assert ".work/exact_dedup-0/part.bin" in outcomes[first][1] and outcomes[first][0] == "PUT"
     assert [o for _, _, o in outcomes[first:first + 3]] == ["slowdown"] * 3 and window.refused == 3
     assert s3_proxy.counts["slowdown"] == 3
+
+
+# ------------------------------------------------------------------ the budget per stall, not per call
+class _Clock:
+    """The retry layer's clock and sleep (``retry.time``): time passes only when told to."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+class _PacedStore:
+    """A store whose ``cat_ranges`` takes ``seconds_per_call`` of the fake clock and answers the
+    first ``served[k]`` of the ranges asked in its k-th call (the rest 503 SlowDown), then none."""
+
+    def __init__(self, clock: _Clock, served: list[int], seconds_per_call: float):
+        self.clock, self.served, self.seconds = clock, served, seconds_per_call
+        self.calls: list[tuple[float, int]] = []  # (clock at the answer, ranges asked)
+
+    def cat_ranges(self, paths, starts, ends, on_error="return", **kwargs):
+        from botocore.exceptions import ClientError
+
+        assert on_error == "return"
+        self.clock.now += self.seconds
+        self.calls.append((self.clock.now, len(paths)))
+        ok = self.served[len(self.calls) - 1] if len(self.calls) <= len(self.served) else 0
+        busy = ClientError({"Error": {"Code": "SlowDown", "Message": "slow down"},
+                            "ResponseMetadata": {"HTTPStatusCode": 503}}, "GetObject")
+        return [DATA[s:e] if n < ok else _slowdown(busy) for n, (s, e) in enumerate(zip(starts, ends))]
+
+
+def _slowdown(cause: BaseException) -> OSError:
+    err = OSError(16, "Please reduce your request rate.")  # what s3fs makes of a 503 SlowDown
+    err.__cause__ = cause
+    return err
+
+
+@pytest.fixture
+def paced(monkeypatch):
+    """``read_ranges`` against a ``_PacedStore`` on a fake clock, with a 3 s budget."""
+    clock = _Clock()
+    monkeypatch.setattr(retry, "time", clock)
+    monkeypatch.setattr(retry, "_rng", random.Random(0))
+    monkeypatch.setenv(retry.ENV, "3")
+
+    def run(served: list[int], seconds_per_call: float, ranges: list[tuple[int, int]]):
+        fake = _PacedStore(clock, served, seconds_per_call)
+        monkeypatch.setattr(storage, "url_to_fs", lambda uri: (fake, uri.split("://", 1)[1]))
+        requests = [("s3://paced/a.bin", s, e) for s, e in ranges]
+        return fake, lambda: storage.read_ranges(requests)
+    return clock, run
+
+
+RANGES = [(100 * i, 100 * i + 50) for i in range(10)]
+
+
+def test_a_slow_but_progressing_read_outlasts_the_budget(paced, caplog):
+    """Ten ranges, one read per 2 s attempt: 20 s and more against a 3 s budget, and it succeeds
+    (a budget per call failed it at the second attempt)."""
+    clock, run = paced
+    caplog.set_level(logging.WARNING, logger="common.storage")
+    fake, read = run(served=[1] * 10, seconds_per_call=2.0, ranges=RANGES)
+    assert read() == [DATA[s:e] for s, e in RANGES]
+    assert [n for _, n in fake.calls] == list(range(10, 0, -1))  # only the ranges not yet read
+    assert clock.now > 2 * 3.0 and len(_warnings(caplog)) == 9
+
+
+def test_a_read_that_stops_progressing_fails_one_budget_after_its_last_progress(paced):
+    clock, run = paced
+    fake, read = run(served=[4, 3], seconds_per_call=1.0, ranges=RANGES)
+    with pytest.raises(StoreUnavailableError) as err:
+        read()
+    progress_at = fake.calls[1][0]  # the second attempt read the last ranges that were read
+    stalled = len(fake.calls) - 2
+    assert [n for _, n in fake.calls[:3]] == [10, 6, 3] and all(n == 3 for _, n in fake.calls[2:])
+    # failed at the first attempt that found a whole budget gone since then, not before
+    assert clock.now - progress_at >= 3.0 and fake.calls[-2][0] - progress_at < 3.0 and stalled >= 2
+    assert re.fullmatch(rf"s3://paced/a\.bin: the store kept failing for \d+ s \(503 SlowDown, "
+                        rf"{len(fake.calls)} attempts, the last {stalled} without progress\): it is unavailable "
+                        r"or throttling; retry later or raise ELECTRA_STORE_RETRY_SECONDS", str(err.value)), \
+        str(err.value)

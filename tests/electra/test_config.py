@@ -1,24 +1,67 @@
 """electra.config: presets, strict loading, overrides, derived sizes."""
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 import pytest
 
-from electra.config import ConfigError, ElectraConfig, ModelConfig, ObjectiveConfig, load_config
+from electra.config import DEFAULT_DEEPSPEED, ConfigError, ElectraConfig, ModelConfig, ObjectiveConfig, load_config
 
 PRESETS = Path(__file__).resolve().parents[2] / "electra" / "configs"
 
 
-@pytest.mark.parametrize("name", ["tiny", "small", "base", "large"])
-def test_presets_are_complete_and_round_trip(name):
+PRESET_NAMES = ("tiny", "mini", "small", "base", "large")
+
+
+def _leaves(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        out.update(_leaves(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
+    return out
+
+
+@pytest.mark.parametrize("name", PRESET_NAMES)
+def test_presets_state_only_what_differs_from_the_defaults(name):
     raw = json.loads((PRESETS / f"{name}.json").read_text())
     cfg = load_config(PRESETS / f"{name}.json")
-    # Full files: every typed field is spelled out, so a reader sees the whole run.
-    assert raw == {**cfg.to_dict(), "deepspeed": raw["deepspeed"]}
+    defaults = _leaves(ElectraConfig().to_dict())
+    stated = _leaves(raw)
+    # every value a preset states is one the defaults do not have, and everything else is a default
+    assert {k: v for k, v in stated.items() if defaults.get(k, object()) == v} == {}
+    assert {k: v for k, v in _leaves(cfg.to_dict()).items() if k not in stated} == \
+        {k: v for k, v in defaults.items() if k not in stated}
+    assert cfg.differences() == stated
     assert ElectraConfig.from_dict(cfg.to_dict()) == cfg
-    assert "zero_optimization" in cfg.deepspeed
+    assert set(cfg.deepspeed) == set(DEFAULT_DEEPSPEED)  # the section merged key by key, not replaced
+
+
+def test_small_is_the_defaults_and_the_cpu_presets_turn_off_zero_and_bf16():
+    assert json.loads((PRESETS / "small.json").read_text()) == {}
+    assert load_config("small") == ElectraConfig()
+    tiny = load_config("tiny")
+    assert tiny.deepspeed == {**DEFAULT_DEEPSPEED, "zero_optimization": {"stage": 0}, "bf16": {"enabled": False}}
+    assert load_config("base").deepspeed == DEFAULT_DEEPSPEED
+
+
+def test_a_changed_default_reaches_every_preset_that_does_not_set_it(monkeypatch):
+    """The trap the presets-as-differences layout removes: a default changed in the dataclass
+    (here ObjectiveConfig.mask_prob, as an edit of its line would) must change every preset that
+    does not set the field itself, and none that does."""
+    before = {n: load_config(n) for n in PRESET_NAMES}
+    names = [f.name for f in dataclasses.fields(ObjectiveConfig)]
+    defaults = list(ObjectiveConfig.__init__.__defaults__)
+    defaults[names.index("mask_prob")] = 0.2
+    monkeypatch.setattr(ObjectiveConfig.__init__, "__defaults__", tuple(defaults))
+    monkeypatch.setitem(DEFAULT_DEEPSPEED, "zero_optimization", {"stage": 2})  # and a DeepSpeed default
+    after = {n: load_config(n) for n in PRESET_NAMES}
+    assert {n: c.objective.mask_prob for n, c in after.items()} == \
+        {"tiny": 0.2, "mini": 0.2, "small": 0.2, "base": 0.2, "large": 0.25}  # large sets 0.25
+    assert {n: c.deepspeed["zero_optimization"]["stage"] for n, c in after.items()} == \
+        {"tiny": 0, "mini": 0, "small": 2, "base": 2, "large": 2}  # tiny and mini set 0
+    for n in PRESET_NAMES:  # nothing else moved
+        assert dataclasses.replace(after[n], objective=before[n].objective, deepspeed=before[n].deepspeed) == before[n]
 
 
 def test_paper_values_in_presets():
@@ -64,14 +107,29 @@ def test_generator_sizes_from_fraction(hidden, fraction, expected):
 
 
 def test_unknown_keys_are_errors_listing_known_keys(tmp_path):
-    with pytest.raises(ConfigError, match=r"model: unknown key\(s\) \['hiden_size'\].*hidden_size"):
+    with pytest.raises(ConfigError, match=r"model: unknown key\(s\) \['hiden_size'\].*; did you mean hidden_size\?$"):
         ElectraConfig.from_dict({"model": {"hiden_size": 3}})
-    with pytest.raises(ConfigError, match=r"unknown key\(s\) \['trainer'\].*'train'"):
+    with pytest.raises(ConfigError, match=r"unknown key\(s\) \['trainer'\].*'train'.*did you mean train\?"):
         ElectraConfig.from_dict({"trainer": {}})
-    path = tmp_path / "bad.json"
-    path.write_text('{"optimizer": {"lr": 1e-4, "lrr": 2}}')
-    with pytest.raises(ConfigError, match=str(path)):
+    path = tmp_path / "bad.json"  # a user's file: the error names the file, the key and the closest
+    path.write_text('{"optimizer": {"lr": 1e-4, "warmup": 2}}')
+    with pytest.raises(ConfigError) as err:
         load_config(path)
+    assert str(err.value).startswith(f"{path}: config.optimizer: unknown key(s) ['warmup']; known keys: ")
+    assert str(err.value).endswith("; did you mean warmup_steps?")
+
+
+def test_an_unknown_set_key_names_the_item_not_the_preset():
+    with pytest.raises(ConfigError) as err:
+        load_config("tiny", ["train.seed=1", "train.max_step=3"])
+    assert str(err.value) == "--set train.max_step=3: unknown key 'max_step' in train; did you mean train.max_steps?"
+    with pytest.raises(ConfigError) as err:
+        load_config("tiny", ["optimizer.warmup=3"])
+    assert str(err.value) == ("--set optimizer.warmup=3: unknown key 'warmup' in optimizer; "
+                              "did you mean optimizer.warmup_steps?")
+    # DeepSpeed's section is DeepSpeed's: any key goes through (DeepSpeed checks it)
+    assert load_config("tiny", ["deepspeed.zero_optimization.reduce_bucket_size=5"]).deepspeed[
+        "zero_optimization"] == {"stage": 0, "reduce_bucket_size": 5}
 
 
 def test_invalid_json_names_file_and_line(tmp_path):
@@ -120,10 +178,12 @@ def test_keep_until_evaluated_from_the_command_line(argv, want):
     ("train.max_steps=ten", r"train.max_steps: expected int, got 'ten'"),
     ("train.seed=true", r"train.seed: expected int"),
     ("optimizer.bias_correction=1", r"bias_correction: expected bool"),
-    ("optimizer.lr", r"expected section.key=value"),
-    ("optimiser.lr=1", r"unknown section 'optimiser'"),
-    ("model.hidden.size=3", r"section 'model' is flat"),
-    ("model.hidden_sizes=3", r"unknown key\(s\) \['hidden_sizes'\]"),
+    ("optimizer.lr", r"^--set optimizer.lr: expected section.key=value"),
+    ("optimiser.lr=1", r"^--set optimiser.lr=1: unknown key 'optimiser' at the top level; did you mean optimizer\?"),
+    ("model.hidden.size=3", r"unknown key 'hidden' in model; did you mean model.hidden_size( or |\?)"),
+    ("model.hidden_size.x=3", r"model.hidden_size is a value, not a section"),
+    ("model.hidden_sizes=3", r"^--set model.hidden_sizes=3: unknown key 'hidden_sizes' in model; did you mean "
+                             r"model.hidden_size or model.embedding_size\?$"),  # difflib's closest, best first
     ("objective.kind=bert", r"tiny.json: config.objective.kind: 'bert' is not one of \['electra', 'mlm'\]"),
     ("train.precision=fp8", r"config.train.precision: 'fp8' is not one of \['fp32', 'bf16', 'fp16'\]"),
     ("data.prefetch_shards=-1", r"config.data: prefetch_shards must be >= 0"),

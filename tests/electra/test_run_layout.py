@@ -98,3 +98,36 @@ def test_meta_round_trip_and_errors(tmp_path):
     (d / "meta.json").write_text("[1]")
     with pytest.raises(ValueError, match="expected a JSON object"):
         layout.read_meta(d)
+
+
+def test_resolve_checkpoint_one_rule_and_one_line_errors(tmp_path):
+    """The checkpoint a path names: a complete step dir is itself, a run folder the one training
+    resumes from (the ``latest`` pointer when it names a complete dir); anything else is one line
+    naming the path and what to give."""
+    run = tmp_path / "run"
+    for s in (2, 4):
+        make_step(run, s)
+    partial = make_step(run, 6, complete=False)
+    assert layout.resolve_checkpoint(run) == run / "checkpoints" / "step_00000004"
+    assert layout.resolve_checkpoint(run / "checkpoints" / "step_00000002").name == "step_00000002"
+    (run / "checkpoints" / "latest").write_text("step_00000002\n")
+    assert layout.resolve_checkpoint(run).name == "step_00000002" == layout.find_latest(run).name
+    (tmp_path / "file").write_text("")
+    (tmp_path / "empty_run" / "checkpoints").mkdir(parents=True)
+    cases = {tmp_path / "nope": "nope: no such folder; give a checkpoint folder RUN/checkpoints/step_N",
+             tmp_path / "file": "file: not a folder; give",
+             partial: f"step_00000006: not a complete checkpoint (no meta.json: an interrupted write); "
+                      f"pass another step folder or the run folder {run}",
+             tmp_path / "empty_run": "empty_run: no complete checkpoint in",
+             tmp_path: f"{tmp_path}: neither a checkpoint folder nor a run folder; give"}
+    for path, message in cases.items():
+        with pytest.raises(layout.NoCheckpoint) as err:
+            layout.resolve_checkpoint(path)
+        assert message in str(err.value) and "\n" not in str(err.value)
+        assert isinstance(err.value, FileNotFoundError)  # callers catching OSError still do
+    with pytest.raises(layout.NoCheckpoint, match=r"nope: no such folder; give my forms$"):
+        layout.resolve_checkpoint(tmp_path / "nope", forms="my forms")
+    (tmp_path / "config_only").mkdir()
+    (tmp_path / "config_only" / "config.json").write_text("{}")  # the trainer started, saved nothing
+    with pytest.raises(layout.NoCheckpoint, match="no complete checkpoint in"):
+        layout.resolve_checkpoint(tmp_path / "config_only")

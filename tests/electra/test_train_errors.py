@@ -45,9 +45,30 @@ def test_missing_corpus_is_one_line_naming_it(tmp_path):
 
 
 def test_unknown_key_is_one_line_naming_it(corpus, tmp_path):
+    """A --set typo is the --set item's fault (not the preset's), with the closest valid key."""
     line = one_line_error(train("--config", "tiny", "--data", str(corpus), "--out", str(tmp_path / "r"),
                                 "--set", "train.max_step=3"))
-    assert "unknown key(s) ['max_step']" in line and "max_steps" in line  # the known keys, to spot the typo
+    assert line == ("electra-train: error: --set train.max_step=3: unknown key 'max_step' in train; "
+                    "did you mean train.max_steps?")
+    mine = tmp_path / "mine.json"  # a typo in the user's own file names the file
+    mine.write_text('{"optimizer": {"lr": 1e-4, "warmup": 2}}')
+    line = one_line_error(train("--config", str(mine), "--data", str(corpus), "--out", str(tmp_path / "r")))
+    assert line.startswith(f"electra-train: error: {mine}: config.optimizer: unknown key(s) ['warmup']; known keys: ")
+    assert line.endswith("; did you mean warmup_steps?")
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="the refusal is for machines without a GPU")
+@pytest.mark.parametrize("preset", ["large", "base"])
+def test_a_gpu_preset_on_a_cpu_is_refused_in_one_line_naming_the_fix(preset, corpus, tmp_path):
+    """A first-contact path: `--config large` on a laptop used to build a 335 M-parameter model
+    and sit at 0/N for minutes; now one line, before any distributed start-up, with the
+    estimated time per step and the presets to use (electra.pretrain_plan.check_fits_machine)."""
+    line = one_line_error(train("--config", preset, "--data", str(corpus), "--out", str(tmp_path / "r"),
+                                "--max-steps", "2"))
+    assert line.startswith(f"electra-train: error: --config {preset} is sized for GPUs and this machine has none: ")
+    assert " per step at this CPU's measured " in line
+    assert line.endswith("; on a CPU use --config tiny or mini, or --allow-cpu (train.allow_cpu=true) to run it anyway")
+    assert not (tmp_path / "r").exists()  # nothing written, nothing to clean up
 
 
 def test_bad_preset_is_one_line_listing_the_presets(corpus, tmp_path):
@@ -95,3 +116,11 @@ def test_flags_are_generated_from_the_train_section():
         assert f"--{f.name.replace('_', '-')}" in help_text, f.name
     with pytest.raises(SystemExit):
         parse_args(["--config", "c", "--data", "d", "--out", "o", "--precision", "fp8"])
+
+
+def test_an_empty_train_split_names_the_cause_and_the_flag(tmp_path):
+    # one long book drew validation at build time: the trainer says why there is nothing to read
+    only_validation = write_tiny_corpus(tmp_path / "corpus", seq_len=32, train_shards=(), validation_shards=(6,))
+    line = one_line_error(train("--config", "tiny", "--data", str(only_validation), "--out", str(tmp_path / "run")))
+    assert "train split is empty" in line and "went to validation" in line
+    assert "--validation-fraction 0" in line and str(only_validation) in line

@@ -1,7 +1,7 @@
 """Training-dynamics regression test: a short run of the ``tiny`` preset on a fixed corpus of real
 books stays within a measured band of its committed reference curve (tests/assets/curves/tiny_books.json).
 
-The corpus is five named Gutenberg books built by the real builder (``flows.build_corpus --profile
+The corpus is five named Gutenberg books built by the real builder (``cli.build_corpus --profile
 books``, 4000-token vocabulary; ``benchmarks/reference_curves.py`` holds the recipe); its
 fingerprint (sha256 over the tokenizer's and shards' sha256) must equal the asset's, so a builder
 change that alters the data fails here with that message rather than as a curve drift. The run

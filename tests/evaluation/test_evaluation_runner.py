@@ -41,9 +41,23 @@ def _run_dir(root, export, steps, *, pinned=()):
     return run
 
 
+def _task_folders(glue, *tasks):
+    """Present train and dev files (contents are the runner's to read: the job checks presence)."""
+    for task in tasks:
+        (glue / task).mkdir(parents=True, exist_ok=True)
+        for name in ("train.tsv", "dev.tsv"):
+            (glue / task / name).write_text("")
+
+
 def test_job_defaults_and_one_line_errors(tmp_path):
     glue = tmp_path / "glue"
     glue.mkdir()
+    with pytest.raises(ConfigError, match=r"^\$ELECTRA_GLUE_DIR=.* lacks CoLA, MRPC, STS-B, RTE"):
+        EvaluationJob.load(checkpoint=str(tmp_path), env={"ELECTRA_GLUE_DIR": str(glue)})
+    _task_folders(glue, *DEFAULT_TASKS)
+    with pytest.raises(ConfigError, match=r"lacks SST-2 .*--tasks CoLA"):
+        EvaluationJob.load(checkpoint=str(tmp_path), glue_dir=str(glue), tasks="CoLA,SST-2", env={})
+    _task_folders(glue, "SST-2")
     job = EvaluationJob.load(checkpoint=str(tmp_path), env={"ELECTRA_GLUE_DIR": str(glue)})
     assert job.glue_dir == str(glue) and [s.name for s in job.task_specs] == list(DEFAULT_TASKS)
     assert EvaluationJob.load(checkpoint=str(tmp_path), glue_dir=str(glue), tasks="sst2,SST-2",
@@ -82,6 +96,10 @@ def test_phases_in_plain_python_release_the_pin_and_prune(tmp_path, export):
     is claimed, evaluated, released, and the run pruned to keep_last (1)."""
     glue = tmp_path / "glue"
     write_keyword_sst2(glue, n_train=16, n_dev=8)
+    rte = "index\tsentence1\tsentence2\tlabel\n"
+    (glue / "RTE").mkdir()
+    (glue / "RTE" / "train.tsv").write_text(rte + "0\ta b\tc\tentailment\n1\tcut row\n")
+    (glue / "RTE" / "dev.tsv").write_text(rte + "0\ta b\tc\tentailment\n")
     run = _run_dir(tmp_path, export, [10, 20], pinned=(10, 20))
     job = EvaluationJob.load(checkpoint=str(layout.step_dir(run, 10)), glue_dir=str(glue),
                              tasks="SST-2,RTE", seeds=2, recipe=SMALL, env={})
@@ -89,8 +107,8 @@ def test_phases_in_plain_python_release_the_pin_and_prune(tmp_path, export):
     assert runner.check() is None and runner.claim() is None
     assert handoff.is_claimed(layout.step_dir(run, 10))
     runner.resolve()
-    assert runner.plan() == [Unit("SST-2")]  # RTE's folder is missing: its task fails alone
-    assert list(runner.failed) == ["RTE"] and "task folder missing" in runner.failed["RTE"]
+    assert runner.plan() == [Unit("SST-2")]  # RTE's train file is malformed: its task fails alone
+    assert list(runner.failed) == ["RTE"] and "train.tsv:3: malformed row" in runner.failed["RTE"]
     results = runner.publish({Unit("SST-2"): run_unit(runner.context, Unit("SST-2"))})
     assert list(results["tasks"]) == ["SST-2"] and list(results["failed"]) == ["RTE"]
     assert report.read_results(job.out_dir) == json.loads(json.dumps(results))

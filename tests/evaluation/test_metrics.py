@@ -1,4 +1,7 @@
-"""GLUE metrics against scikit-learn/scipy and hand-worked cases; the GLUE average."""
+"""The metric functions against scikit-learn/scipy and hand-worked cases; the median over seeds.
+
+Which task uses which metric, and the GLUE average, are tested in test_tasks.py and
+test_glue_average.py."""
 from __future__ import annotations
 
 import numpy as np
@@ -19,6 +22,9 @@ def test_against_sklearn_and_scipy(seed):
     assert metrics.matthews_corrcoef(p, y) == pytest.approx(skm.matthews_corrcoef(y, p))
     y3, p3 = rng.integers(0, 3, 100), rng.integers(0, 3, 100)
     assert metrics.matthews_corrcoef(p3, y3) == pytest.approx(skm.matthews_corrcoef(y3, p3))
+    ys, ps = y.astype(str), p.astype(str)  # label strings, as the tasks score them
+    assert metrics.f1_binary(ps, ys, positive="1") == pytest.approx(skm.f1_score(ys, ps, pos_label="1"))
+    assert metrics.f1_binary(ps, ys, positive="0") == pytest.approx(skm.f1_score(ys, ps, pos_label="0"))
     a, b = rng.normal(size=50), rng.normal(size=50)
     assert metrics.pearson(a, a + b) == pytest.approx(stats.pearsonr(a, a + b)[0])
     assert metrics.spearman(a, a + b) == pytest.approx(stats.spearmanr(a, a + b)[0])
@@ -41,25 +47,6 @@ def test_hand_worked_cases():
         metrics.accuracy([1, 0], [1])
 
 
-def test_task_metric_names():
-    assert set(metrics.split_metrics("CoLA", [1, 0], [1, 0])) == {"mcc"}
-    assert set(metrics.split_metrics("MRPC", [1, 0], [1, 0])) == {"accuracy", "f1"}
-    assert set(metrics.split_metrics("STS-B", [1, 0, 2], [1, 0, 3])) == {"pearson", "spearman"}
-    mnli = metrics.task_metrics("MNLI", {"dev_matched": (["a", "b"], ["a", "a"]),
-                                         "dev_mismatched": (["a"], ["a"])})
-    assert mnli == {"accuracy_m": 0.5, "accuracy_mm": 1.0}
-
-
-def test_glue_average_as_the_paper_computes_it():
-    scores = {"CoLA": 50.0, "SST-2": 90.0, "MRPC": 80.0, "STS-B": 85.0, "QQP": 88.0,
-              "MNLI": 82.0, "QNLI": 89.0, "RTE": 60.0, "WNLI": 56.3}
-    assert metrics.glue_average(scores) == pytest.approx((50 + 90 + 80 + 85 + 88 + 82 + 89 + 60) / 8)
-    assert metrics.glue_average({"WNLI": 56.3}) is None
-    primaries = {t: metrics.PRIMARY[t] for t in ("CoLA", "STS-B", "MNLI", "MRPC")}
-    assert primaries == {"CoLA": "mcc", "STS-B": "spearman", "MNLI": "accuracy_m",
-                         "MRPC": "accuracy"}
-
-
 @pytest.mark.filterwarnings("ignore::scipy.stats.ConstantInputWarning")
 @pytest.mark.parametrize("value", [0.1, 0.3, 2.7])
 def test_constant_predictions_correlate_zero_not_nan(value):
@@ -68,7 +55,6 @@ def test_constant_predictions_correlate_zero_not_nan(value):
     assert np.isnan(stats.pearsonr(constant, labels)[0])  # scipy leaves it undefined
     assert metrics.pearson(constant, labels) == 0.0 and metrics.spearman(constant, labels) == 0.0
     assert metrics.pearson(labels, constant) == 0.0 and metrics.spearman(labels, constant) == 0.0
-    assert metrics.split_metrics("STS-B", constant, labels) == {"pearson": 0.0, "spearman": 0.0}
 
 
 def test_median_over_seeds_ignores_order_and_ranks_nan_last():
@@ -83,42 +69,3 @@ def test_median_over_seeds_ignores_order_and_ranks_nan_last():
     assert np.isnan(metrics.median([float("nan"), float("nan"), 1.0, 2.0]))
     with pytest.raises(ValueError, match="no values"):
         metrics.median([])
-
-
-def test_glue_average_is_labelled_with_its_tasks():
-    paper = {"CoLA": 50.0, "SST-2": 90.0, "MRPC": 80.0, "STS-B": 85.0, "QQP": 88.0,
-             "MNLI": 82.0, "QNLI": 89.0, "RTE": 60.0}
-    assert metrics.paper_glue_average(paper) == pytest.approx(np.mean(list(paper.values())))
-    assert metrics.paper_glue_average({**paper, "WNLI": 56.3, "SQuAD1.1": 80.0}) == \
-        pytest.approx(np.mean(list(paper.values())))
-    assert metrics.glue_average_label(metrics.glue_average_tasks({**paper, "WNLI": 1.0})) == \
-        "GLUE score (paper's 8-task average)"
-    subset = {"RTE": 60.0, "WNLI": 56.3, "CoLA": 50.0, "SQuAD2.0": 70.0}
-    assert metrics.paper_glue_average(subset) is None
-    assert metrics.glue_average_tasks(subset) == ["CoLA", "RTE"]  # paper order, WNLI/SQuAD out
-    assert metrics.glue_average(subset) == pytest.approx(55.0)
-    assert metrics.glue_average_label(["CoLA", "RTE"]) == "GLUE average over 2 tasks: CoLA, RTE"
-    assert metrics.glue_average_label(["RTE"]) == "GLUE average over 1 task: RTE"
-
-
-def test_results_and_report_name_the_tasks_averaged():
-    from evaluation import report
-    from evaluation.results import SeedResult, TaskResult
-
-    def results(scores):
-        tasks = {t: TaskResult(task=t, primary=metrics.PRIMARY[t], seeds=[SeedResult(
-            seed=0, metrics={metrics.PRIMARY[t]: v}, predictions="")]) for t, v in scores.items()}
-        return report.build_results(checkpoint="c", model_dir="m", step=1, meta={}, recipe={},
-                                    tasks=tasks)
-
-    some = results({"RTE": 60.0, "CoLA": 40.0, "WNLI": 56.3})
-    assert (some["glue_average"], some["glue_average_tasks"], some["paper_glue_average"]) == (
-        pytest.approx(50.0), ["CoLA", "RTE"], None)
-    table = report.markdown_table(some)
-    assert "| **GLUE average over 2 tasks: CoLA, RTE** | primary | 50.00 |" in table
-    assert "paper's 8-task average" not in table  # only when all eight ran
-    paper = dict(zip(metrics.PAPER_GLUE_TASKS, (50.0, 90.0, 80.0, 85.0, 88.0, 82.0, 89.0, 60.0)))
-    full = results(paper)
-    assert full["paper_glue_average"] == pytest.approx(78.0) == full["glue_average"]
-    assert "| **GLUE score (paper's 8-task average)** | primary | 78.00 |" in \
-        report.markdown_table(full)

@@ -60,3 +60,34 @@ def test_step_without_export_falls_back_only_for_the_newest(tmp_path, monkeypatc
 def test_not_a_checkpoint(tmp_path):
     with pytest.raises(CheckpointError, match="not a checkpoint; expected a discriminator folder"):
         resolve_checkpoint(tmp_path, export_dir=tmp_path / "x")
+
+
+def test_a_run_means_the_same_checkpoint_to_training_export_and_evaluation(tmp_path):
+    """The run's ``latest`` pointer names an older complete checkpoint (a kill between a newer
+    commit's meta.json and the pointer swap): resume, export, --init-from and the evaluation
+    all take the one ``run_layout.resolve_checkpoint`` names, the pointer's."""
+    from electra import run_layout as layout
+    from evaluation import eval_layout
+
+    run = tmp_path / "run"
+    pointed = _step(run, 100)
+    _step(run, 200)
+    (run / "checkpoints" / "latest").write_text("step_00000100\n")
+    assert layout.find_latest(run) == pointed == layout.resolve_checkpoint(run)
+    assert eval_layout.resolve_target(run) == pointed.resolve()
+    assert eval_layout.default_out(run) == run.resolve() / "eval" / "step_00000100"
+    r = resolve_checkpoint(run, export_dir=tmp_path / "x")
+    assert (r.step, r.checkpoint, r.model_dir) == (100, str(run.resolve()), pointed.resolve() / "hf" / "discriminator")
+
+
+def test_run_without_checkpoint_uses_its_export_and_gone_steps_stay_named(tmp_path):
+    from evaluation import eval_layout
+
+    run = tmp_path / "run"
+    (run / "checkpoints" / "step_00000005").mkdir(parents=True)  # being written: not complete
+    _fake_hf(run / "hf")
+    assert eval_layout.resolve_target(run) == run.resolve()
+    r = resolve_checkpoint(run, export_dir=tmp_path / "x")
+    assert (r.source, r.model_dir, r.run_dir) == ("run-hf", run.resolve() / "hf" / "discriminator", run.resolve())
+    gone = run / "checkpoints" / "step_00000009"  # pruned: the runner records the skip
+    assert eval_layout.resolve_target(gone) == gone.resolve()

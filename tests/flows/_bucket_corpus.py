@@ -7,6 +7,7 @@ from pathlib import Path
 from common import storage
 from pipelines.config import CorpusConfig
 from pipelines.orchestration.runner import CorpusBuild
+from pipelines.corpus_job import CorpusJob
 from synthetic import prose
 
 CFG = {"tokenizer": {"vocab_size": 900, "min_frequency": 1}, "shard": {"min_shards_per_split": 3},
@@ -23,5 +24,5 @@ def bucket_corpus(tmp: Path, s3_server, prefix: str) -> dict:
         storage.write_bytes(f"{bucket}/raw/{rel}", (raw / rel).read_bytes())
     storage.write_json(f"{bucket}/corpus.json", CFG)
     local = tmp / "local"
-    CorpusBuild([str(raw)], str(local), CorpusConfig.from_dict(CFG)).run()
+    CorpusBuild(CorpusJob([str(raw)], str(local), CorpusConfig.from_dict(CFG))).run()
     return {"tmp": tmp, "raw": raw, "bucket": bucket, "local": str(local), "names": names}

@@ -19,7 +19,8 @@ import webdataset as wds
 import zstandard
 
 from common.config import ConfigError
-from flows.build_corpus import build_corpus, corpus_config
+from flows.build_corpus import build_corpus
+from pipelines.corpus_job import corpus_config
 from pipelines import schema
 from synthetic import prose
 from pipelines.config import FilterConfig
@@ -173,7 +174,7 @@ def test_cli_killed_mid_build_then_rerun_gives_byte_identical_shards(corpus, tmp
     raw, clean_out, manifest = corpus
     (tmp_path / "cfg.json").write_text(json.dumps(FLOW_CONFIG))
     out = tmp_path / "killed"
-    cmd = [sys.executable, "-m", "flows.build_corpus", "--source", str(raw), "--out", str(out),
+    cmd = [sys.executable, "-m", "cli.build_corpus", "--source", str(raw), "--out", str(out),
            "--seq-len", "64", "--validation-fraction", "0.1", "--seed", "7", "--config", str(tmp_path / "cfg.json")]
     env = {**os.environ, "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120"}
     kill = [sys.executable, "-m", "tests._faults", "exact_dedup", *cmd[2:]]  # same CLI, killed at a point

@@ -30,7 +30,7 @@ def driver_env(tmp: Path, **extra: str) -> dict[str, str]:
 
 
 def cli(source: str, out: str, address: str, cfg_uri: str, *, kill_at: str | None = None) -> list[str]:
-    entry = ["-m", "tests._faults", kill_at, "flows.build_corpus"] if kill_at else ["-m", "flows.build_corpus"]
+    entry = ["-m", "tests._faults", kill_at, "cli.build_corpus"] if kill_at else ["-m", "cli.build_corpus"]
     return [sys.executable, *entry, "--source", source, "--out", out, "--config", cfg_uri, "--ray-address", address]
 
 

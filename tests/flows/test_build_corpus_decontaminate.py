@@ -1,6 +1,6 @@
 """End to end: ``build-corpus --decontaminate`` on a generated corpus and generated GLUE and SQuAD files.
 
-The real build (``flows.build_corpus.main``, Prefect's test harness, local Ray Data) runs three
+The real build (``cli.build_corpus.main``, Prefect's test harness, local Ray Data) runs three
 times on the same output: once; again with the same inputs; again after the MRPC dev file was
 edited to lose the planted sentence. Tested: the document holding a 25-word sentence of MRPC's
 dev file is quarantined with reason ``decontaminate:MRPC`` and the file and words in its detail;
@@ -25,12 +25,14 @@ import pyarrow.parquet as pq
 import pytest
 import zstandard
 
-import flows.build_corpus as build_corpus_module
-from flows.build_corpus import corpus_config, main
+import cli.build_corpus as build_corpus_module
+from cli.build_corpus import main
+from pipelines.corpus_job import corpus_config
 from pipelines import schema
 from pipelines.config import FilterConfig
 from pipelines.decontaminate import protected as protect
 from pipelines.orchestration.runner import CorpusBuild
+from pipelines.corpus_job import CorpusJob
 from pipelines.filters import normalize_text
 from synthetic import prose
 from tests.pipelines.decontaminate.test_protected import (MRPC_HEADER, ref_ngrams, ref_tokens, sentence,
@@ -135,18 +137,18 @@ def runs(tmp_path_factory, ray_local, prefect_harness) -> dict[str, Any]:
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(protect, "build", counting)
         mp.setattr(build_corpus_module, "print", printing, raising=False)
-        first = CorpusBuild([str(inp["raw"])], str(out), cfg)
+        first = CorpusBuild(CorpusJob([str(inp["raw"])], str(out), cfg))
         facts["plan1"] = first.plan()
         facts["rc1"], facts["stdout1"], facts["manifest1"], facts["calls1"] = run()
         facts["quarantine1"], facts["kept1"] = _quarantine(out, facts["manifest1"]), _kept(first)
         facts["bytes1"] = {str(p): p.read_bytes() for p in inp["protected"]}
         facts["calls_args"] = list(calls)
-        facts["plan2"] = CorpusBuild([str(inp["raw"])], str(out), cfg).plan()
+        facts["plan2"] = CorpusBuild(CorpusJob([str(inp["raw"])], str(out), cfg)).plan()
         facts["rc2"], facts["stdout2"], facts["manifest2"], facts["calls2"] = run()
         # The planted row goes from MRPC's dev file: its hash, and so the filter stage's key, change.
         dev = inp["glue"] / "MRPC" / "dev.tsv"
         dev.write_text("".join(line + "\n" for line in dev.read_text().splitlines() if "committee" not in line))
-        edited = CorpusBuild([str(inp["raw"])], str(out), cfg)
+        edited = CorpusBuild(CorpusJob([str(inp["raw"])], str(out), cfg))
         facts["keys"], facts["edited_keys"], facts["plan3"] = first.keys, edited.keys, edited.plan()
         facts["rc3"], facts["stdout3"], facts["manifest3"], facts["calls3"] = run()
         facts["kept3"] = _kept(edited)

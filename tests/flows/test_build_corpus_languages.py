@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from tokenizers import Tokenizer
 
-from flows.build_corpus import main
+from cli.build_corpus import main
 from pipelines import schema
 from tests.pipelines._languages import documents
 from tests.pipelines.language.test_dedup_by_script import mutate
@@ -49,7 +49,7 @@ def test_english_settings_on_chinese_say_why_in_one_line(inputs, ray_local, pref
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("build-corpus: error: filter kept 0 of ")
     assert "dropped documents' languages" in err[0] and "zh " in err[0]
-    assert err[0].endswith("fix: build with --language zh")
+    assert "fix: build with --language zh" in err[0]
     assert not (out / schema.MANIFEST_NAME).exists()
 
 

@@ -1,7 +1,7 @@
 """End to end: ``build-corpus --tokenizer FOLDER`` with a Hugging Face model folder (a cased
 ELECTRA-style download made with transformers, BERT's special-token ids).
 
-The CLI (``flows.build_corpus.main``, Prefect's test harness, local Ray Data) builds a small
+The CLI (``cli.build_corpus.main``, Prefect's test harness, local Ray Data) builds a small
 corpus with it: the manifest records the folder's lower-casing and the vocabulary's own special
 ids, and the shards' examples are framed by them. ``--lowercase`` against the folder's
 ``do_lower_case=false`` fails in one line before any stage runs.
@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from flows.build_corpus import main
+from cli.build_corpus import main
 from pipelines import schema
 from synthetic import prose
 from tests.pipelines._hf_folders import BERT_SPECIAL_IDS, bert_vocab, electra_folder

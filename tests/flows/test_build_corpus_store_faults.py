@@ -42,7 +42,7 @@ def build(store, proxy: S3Proxy, out: str, *, retry_seconds: int | None = None):
            "PREFECT_HOME": str(store["tmp"] / "prefect"), "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120"}
     if retry_seconds is not None:
         env["ELECTRA_STORE_RETRY_SECONDS"] = str(retry_seconds)
-    cmd = [sys.executable, "-m", "flows.build_corpus", "--source", f"{store['bucket']}/raw", "--out", out,
+    cmd = [sys.executable, "-m", "cli.build_corpus", "--source", f"{store['bucket']}/raw", "--out", out,
            "--config", f"{store['bucket']}/corpus.json"]
     start = time.monotonic()
     done = run_in_group(cmd, cwd=str(store["tmp"]), env=env, timeout=900)

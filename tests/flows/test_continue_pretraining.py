@@ -19,7 +19,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from flows.build_corpus import main as build_main
+from cli.build_corpus import main as build_main
 from synthetic import prose
 from tests.electra._released_pair import released_pair
 

@@ -132,58 +132,108 @@ def test_evaluate_new_checkpoints_is_idempotent(tiny, prefect_harness):
 
 
 def test_cli_unknown_task_is_one_line(tiny, capsys):
-    from flows.evaluate import main
+    from cli.evaluate import main
 
     code = main(["--checkpoint", str(tiny["export"]), "--glue-dir", str(tiny["glue"]),
                  "--tasks", "CoLA,SST-3", "--out", str(tiny["root"] / "bad")])
     err = capsys.readouterr().err.strip()
     assert code == 2 and "\n" not in err and "Traceback" not in err
-    assert err.startswith("error: unknown GLUE task 'SST-3'; known tasks: CoLA, SST-2")
+    assert err.startswith("evaluate: error: unknown GLUE task 'SST-3'; known tasks: ") and "SST-2" in err
     assert not (tiny["root"] / "bad").exists()
 
 
 def test_cli_data_folder_from_the_environment(tiny, capsys, monkeypatch):
     """No --glue-dir: $ELECTRA_GLUE_DIR; a missing folder is one line naming the variable."""
-    from flows.evaluate import main
+    from cli.evaluate import main
 
     monkeypatch.setenv("ELECTRA_GLUE_DIR", str(tiny["root"] / "nowhere"))
     code = main(["--checkpoint", str(tiny["export"]), "--tasks", "SST-2"])
     err = capsys.readouterr().err.strip()
-    assert code == 2 and err.startswith(f"error: $ELECTRA_GLUE_DIR={tiny['root'] / 'nowhere'}: "
+    assert code == 2 and err.startswith(f"evaluate: error: $ELECTRA_GLUE_DIR={tiny['root'] / 'nowhere'}: "
                                         "no such folder"), err
 
 
-def test_missing_task_folder_fails_only_that_task(tiny, prefect_harness):
-    """RTE's folder is missing: SST-2 is still evaluated, RTE is recorded as failed."""
-    from flows.evaluate import EvaluationFailed, evaluate
+def test_a_glue_folder_lacking_a_task_is_one_line_before_anything_runs(tiny, capsys):
+    """First contact: the GLUE folder has SST-2 but no RTE. The CLI says so in one line, before
+    Prefect or any model starts, naming the missing task and the --tasks that runs the ones
+    present; the flow (deployments, the scan) refuses the same way; nothing is written."""
+    from cli.evaluate import main
+    from common.config import ConfigError
+    from evaluation.evaluation_job import EvaluationJob
 
     out = tiny["root"] / "missing"
-    with pytest.raises(EvaluationFailed, match="RTE"):
-        evaluate(checkpoint=str(tiny["export"]), out=str(out), glue_dir=str(tiny["glue"]),
-                 tasks="SST-2,RTE", seeds=1, recipe=SMALL)
-    results = report.read_results(out)
-    assert list(results["tasks"]) == ["SST-2"] and list(results["failed"]) == ["RTE"]
-    assert "RTE" in results["failed"]["RTE"] and "task folder missing" in results["failed"]["RTE"]
-    assert not (out / "seeds" / "RTE").exists()  # nothing was fine-tuned for it
+    code = main(["--checkpoint", str(tiny["export"]), "--out", str(out), "--glue-dir", str(tiny["glue"]),
+                 "--tasks", "SST-2,RTE"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "\n" not in err, err
+    assert err.startswith(f"evaluate: error: --glue-dir={tiny['glue']} lacks RTE ({tiny['glue'] / 'RTE'}: "
+                          "task folder missing"), err
+    assert err.endswith("; evaluate the tasks it has with --tasks SST-2"), err
+    with pytest.raises(ConfigError, match="lacks RTE .*--tasks SST-2$"):  # what the flow loads
+        EvaluationJob.load(checkpoint=str(tiny["export"]), out=str(out), glue_dir=str(tiny["glue"]),
+                           tasks="SST-2,RTE")
+    assert not out.exists()  # nothing was started
 
 
-def test_cli_surface_is_frozen():
-    """Outside scripts call these flags; adding or renaming one is a deliberate act."""
-    from flows.evaluate import build_parser, recipe_overrides
+def test_a_task_failing_mid_run_prints_what_finished_and_the_way_on(tiny, prefect_harness):
+    """First contact: RTE's files are present but one row is bad, found once the run started.
+    The CLI (a user's process) prints what finished (SST-2's table) and the report's path, then
+    one error line naming RTE and the --tasks that leaves it out; exit 1; report.html and
+    results.json kept; no traceback anywhere."""
+    import subprocess
+    import sys
+
+    from prefect.settings import PREFECT_API_URL
+
+    glue = tiny["root"] / "glue_bad_rte"
+    write_keyword_sst2(glue, n_train=12, n_dev=6)
+    rte = write_task(glue, "RTE", n_train=12, n_dev=6) / "train.tsv"
+    lines = rte.read_text().splitlines()
+    lines[3] = "\t".join(lines[3].split("\t")[:-1] + ["maybe"])  # line 4: label not in the set
+    rte.write_text("\n".join(lines) + "\n")
+    out = tiny["root"] / "bad_rte"
+    repo = Path(__file__).resolve().parents[2]
+    p = subprocess.run(
+        [sys.executable, "-m", "cli.evaluate", "--checkpoint", str(tiny["export"]), "--out", str(out),
+         "--glue-dir", str(glue), "--tasks", "SST-2,RTE", "--seeds", "1", "--epochs", "1",
+         "--max-train-examples", "8", "--max-eval-examples", "4", "--max-seq-len", "32", "--threads", "1"],
+        cwd=repo, env={**os.environ, "PREFECT_API_URL": PREFECT_API_URL.value(), "PYTHONPATH": str(repo)},
+        capture_output=True, text=True, timeout=300)
+    assert p.returncode == 1, p.stderr[-3000:]
+    assert p.stdout.count("| SST-2 | accuracy |") == 1 and "| RTE |" not in p.stdout
+    assert f"report: {out / 'report.html'}" in p.stdout and (out / "report.html").is_file()
+    assert list(report.read_results(out)["tasks"]) == ["SST-2"]
+    last = p.stderr.strip().splitlines()[-1]
+    assert last.startswith("evaluate: error: 1 task(s) failed (RTE: GlueDataError: ") and f"{rte}:4" in last
+    assert last.endswith(f"results.json and report.html in {out} hold the others; fix the data and rerun to "
+                         "redo only these, or leave them out: --tasks SST-2"), last
+    assert "Traceback" not in p.stderr + p.stdout, p.stderr[-3000:]
+
+
+def test_cli_flags_come_from_the_job_and_the_recipe():
+    """Outside scripts call these flags: every one of the earlier hand-written parser still
+    parses to the same values; the rest are the recipe's other fields, generated."""
+    import dataclasses
+
+    from cli.evaluate import build_parser
+    from evaluation.evaluation_job import RECIPE_WITHOUT_FLAGS, job_values
+    from evaluation.recipe import FinetuneRecipe
 
     parser = build_parser()
-    flags = sorted(o for a in parser._actions for o in a.option_strings if o.startswith("--"))
-    assert flags == sorted([
-        "--help", "--checkpoint", "--out", "--glue-dir", "--tasks", "--squad-dir",
-        "--squad-version", "--seeds", "--size", "--lr", "--layerwise-lr-decay", "--llrd-variant",
-        "--optimizer", "--reference",
-        "--epochs", "--batch-size", "--max-seq-len", "--max-train-examples",
-        "--max-eval-examples", "--precision", "--device", "--threads", "--deepspeed",
-        "--workers", "--length-buckets"])
+    flags = {o for a in parser._actions for o in a.option_strings if o.startswith("--")}
+    before = {"--help", "--checkpoint", "--out", "--glue-dir", "--tasks", "--squad-dir", "--squad-version",
+              "--seeds", "--size", "--lr", "--layerwise-lr-decay", "--llrd-variant", "--optimizer", "--reference",
+              "--epochs", "--batch-size", "--max-seq-len", "--max-train-examples", "--max-eval-examples",
+              "--precision", "--device", "--threads", "--deepspeed", "--workers", "--length-buckets"}
+    assert before <= flags
+    recipe = {f.name for f in dataclasses.fields(FinetuneRecipe)} - set(RECIPE_WITHOUT_FLAGS)
+    assert {f"--{n.replace('_', '-')}" for n in recipe - {"num_threads"}} <= flags
     args = parser.parse_args(["--checkpoint", "c", "--out", "o", "--lr", "1e-4", "--threads",
-                              "1", "--llrd-variant", "corrected", "--deepspeed"])
-    assert recipe_overrides(args) == {"lr": 1e-4, "num_threads": 1,
-                                      "llrd_variant": "corrected", "deepspeed": True}
+                              "1", "--llrd-variant", "corrected", "--deepspeed", "--squad-version", "2.0"])
+    assert job_values(args) == {"checkpoint": "c", "out": "o", "squad_version": "2.0",
+                                "recipe": {"lr": 1e-4, "num_threads": 1, "llrd_variant": "corrected",
+                                           "deepspeed": True}}
+    assert job_values(parser.parse_args(["--checkpoint", "c"])) == {"checkpoint": "c", "recipe": {}}
 
 
 def test_broken_task_is_isolated_and_rerun_redoes_only_it(tiny, prefect_harness):

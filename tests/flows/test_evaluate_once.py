@@ -52,7 +52,8 @@ def test_rerun_returns_existing_results_and_more_tasks_merge(tiny, prefect_harne
 
 
 def test_another_request_in_the_same_folder_is_refused(tiny, prefect_harness, capsys):
-    from flows.evaluate import EvaluationConflict, evaluate, main
+    from cli.evaluate import main
+    from flows.evaluate import EvaluationConflict, evaluate
 
     out = tiny["root"] / "conflict"
     common = dict(checkpoint=str(tiny["export"]), out=str(out), glue_dir=str(tiny["glue"]),
@@ -64,7 +65,7 @@ def test_another_request_in_the_same_folder_is_refused(tiny, prefect_harness, ca
     code = main(["--checkpoint", str(tiny["export"]), "--out", str(out), "--glue-dir",
                  str(tiny["glue"]), "--tasks", "SST-2", "--seeds", "2", "--epochs", "1"])
     err = capsys.readouterr().err.strip()
-    assert code == 2 and err.startswith(f"error: {out} holds results of another request") and "\n" not in err
+    assert code == 2 and err.startswith(f"evaluate: error: {out} holds results of another request") and "\n" not in err
     assert (out / "results.json").stat().st_mtime_ns == stamp
 
 
@@ -89,7 +90,7 @@ def test_gone_checkpoint_is_recorded_not_a_crash(tiny, prefect_harness):
 
 
 def test_cli_run_dir_prints_progress_and_one_summary(tiny, prefect_harness):
-    """``python -m flows.evaluate --checkpoint RUN`` as a user runs it, without --out: the newest
+    """``python -m cli.evaluate --checkpoint RUN`` as a user runs it, without --out: the newest
     checkpoint into RUN/eval/step_N; progress per task and seed on stderr while it runs; the
     table once on stdout, with the report's path."""
     import os
@@ -102,7 +103,7 @@ def test_cli_run_dir_prints_progress_and_one_summary(tiny, prefect_harness):
     run = make_run(tiny["root"] / "cli", tiny["export"], [10, 20])
     repo = Path(__file__).resolve().parents[2]
     p = subprocess.run(
-        [sys.executable, "-m", "flows.evaluate", "--checkpoint", str(run), "--glue-dir", str(tiny["glue"]),
+        [sys.executable, "-m", "cli.evaluate", "--checkpoint", str(run), "--glue-dir", str(tiny["glue"]),
          "--tasks", "SST-2", "--seeds", "2", "--epochs", "1", "--max-train-examples", "16",
          "--max-eval-examples", "8", "--max-seq-len", "32", "--threads", "1"],
         cwd=repo, env={**os.environ, "PREFECT_API_URL": PREFECT_API_URL.value(), "PYTHONPATH": str(repo)},
@@ -132,14 +133,38 @@ def test_every_evaluation_takes_a_slot_of_one_global_limit(tiny, prefect_harness
 
 
 def test_not_a_model_and_a_missing_runs_folder_are_one_line(tiny, prefect_harness, capsys):
-    from flows.evaluate import main
-    from flows.evaluate_new_checkpoints import pending_checkpoints
+    from cli.evaluate import main
+    from evaluation.pending import pending_checkpoints
 
     folder = tiny["root"] / "not_a_model"
     folder.mkdir()
     code = main(["--checkpoint", str(folder), "--glue-dir", str(tiny["glue"]), "--tasks", "SST-2",
                  "--out", str(tiny["root"] / "nm")])
     err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2 and err[-1].startswith(f"error: {folder}: not a checkpoint"), err[-3:]
-    with pytest.raises(FileNotFoundError, match="--runs .*nowhere: no such folder"):
+    assert code == 2 and err[-1].startswith(f"evaluate: error: {folder}: not a checkpoint"), err[-3:]
+    with pytest.raises(FileNotFoundError, match="runs folder .*nowhere: no such folder; set --runs"):
         pending_checkpoints(tiny["root"] / "nowhere")
+
+
+def test_the_scan_of_a_missing_runs_folder_fails_with_the_cause_as_its_state_message(tiny, prefect_harness):
+    """What a deployment's user sees (``--watch``, the UI): the flow run ends Failed, its state
+    message is the one line naming the folder and what to set, and the run's own logs (sent to
+    the server) hold it too; no traceback is needed to find the cause."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import LogFilter
+    from prefect.logging.handlers import APILogWorker
+
+    from flows.evaluate_new_checkpoints import evaluate_new_checkpoints
+
+    missing = tiny["root"] / "no_runs_here"
+    state = evaluate_new_checkpoints(runs=str(missing), glue_dir=str(tiny["glue"]), tasks="SST-2",
+                                     return_state=True)
+    cause = (f"runs folder {missing}: no such folder; set --runs (the CLI) or the deployment's runs "
+             "parameter (make serve: $ELECTRA_RUNS_DIR) to the folder holding your run directories")
+    assert state.is_failed() and state.message == cause
+    with get_client(sync_client=True) as client:
+        run_id = state.state_details.flow_run_id
+        assert client.read_flow_run(run_id).state.message == cause
+        APILogWorker.drain_all(timeout=30)  # the run's log lines reach the server
+        logs = client.read_logs(log_filter=LogFilter(flow_run_id={"any_": [run_id]}), limit=200, offset=0)
+    assert any(log.message == cause for log in logs), [log.message for log in logs]

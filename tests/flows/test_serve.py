@@ -35,7 +35,7 @@ def served(tmp_path_factory):
     write_keyword_sst2(glue, n_train=24, n_dev=12)
     env = {**os.environ, "PREFECT_HOME": str(tmp / "prefect_home"), "PREFECT_PORT": str(port),
            "PREFECT_API_URL": f"http://127.0.0.1:{port}/api", "ELECTRA_WORK_POOL": "electra-test",
-           "ELECTRA_GLUE_DIR": str(glue),
+           "ELECTRA_GLUE_DIR": str(glue), "ELECTRA_RUNS_DIR": str(tmp / "runs"),  # made by serve.sh
            "PREFECT_WORKER_QUERY_SECONDS": "2"}  # queued runs picked up sooner (default 10 s)
     env.pop("ELECTRA_SQUAD_DIR", None)
     log_path = tmp / "serve.log"
@@ -74,6 +74,50 @@ def test_make_serve_runs_the_build_corpus_deployment(served, tmp_path):
     manifest = schema.Manifest.load(out)
     assert manifest.splits["train"].num_examples > 0
     assert all((out / s.path).is_file() for s in manifest.shards)
+
+
+SCAN = "evaluate-new-checkpoints/evaluate-new-checkpoints"
+# A flow run's state, its logs and its deployment's parameters, as the server holds them.
+SCAN_STATE = r"""
+import json, sys, uuid
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import LogFilter
+with get_client(sync_client=True) as c:
+    run = c.read_flow_run(uuid.UUID(sys.argv[1]))
+    dep = c.read_deployment(run.deployment_id)
+    # limit and offset given: the 3.8.8 client (and `prefect flow-run logs`) sends nulls its server rejects
+    logs = c.read_logs(log_filter=LogFilter(flow_run_id={"any_": [run.id]}), limit=200, offset=0)
+    print(json.dumps({"parameters": dep.parameters, "state": run.state.name, "message": run.state.message,
+                      "logs": [log.message for log in logs]}))
+"""
+
+
+@pytest.mark.slow
+def test_the_hourly_scan_runs_as_shipped_and_a_missing_runs_folder_says_why(served, tmp_path):
+    """As shipped, the scan's runs folder is ELECTRA_RUNS_DIR, absolute and created by make serve:
+    a run with no parameters completes. A runs folder that does not exist fails the run with the
+    cause and what to set as the run's state message (the UI, ``prefect flow-run inspect``) and in
+    the run's logs on the server, not only in the worker's terminal.
+    (``--watch`` of prefect 3.8.8 streams the run's events and stops at its final state.)"""
+    env, _ = served
+    runs = env["ELECTRA_RUNS_DIR"]
+    assert Path(runs).is_dir()
+    shipped = subprocess.run([PREFECT, "deployment", "run", SCAN, "--watch"], cwd=ROOT, env=env,
+                             capture_output=True, text=True, timeout=300)
+    assert shipped.returncode == 0 and "Completed" in shipped.stdout, shipped.stdout[-3000:] + shipped.stderr[-3000:]
+    nowhere = tmp_path / "nowhere"
+    failed = subprocess.run([PREFECT, "deployment", "run", SCAN, "--param", f"runs={nowhere}", "--watch"],
+                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert failed.returncode == 1, failed.stdout[-3000:] + failed.stderr[-3000:]
+    cause = f"runs folder {nowhere}: no such folder; set --runs (the CLI) or the deployment's runs parameter"
+    run_id = failed.stdout.split("UUID:")[1].split()[0]
+    p = subprocess.run([sys.executable, "-c", SCAN_STATE, run_id], cwd=ROOT, env=env, capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 0, p.stderr[-3000:]
+    state = json.loads(p.stdout.strip().splitlines()[-1])
+    assert state["parameters"] == {"runs": runs}  # the shipped parameter: absolute, no template left
+    assert state["state"] == "Failed" and state["message"].startswith(cause), state
+    assert any(line.startswith(cause) for line in state["logs"]), state["logs"]
 
 
 def test_make_serve_refuses_to_start_without_the_glue_folder(tmp_path):

@@ -14,6 +14,7 @@ from synthetic import prose
 from pipelines.config import CorpusConfig
 from pipelines.pack import MIN_FILL, empty_split_warnings, fill_warnings
 from pipelines.orchestration.runner import CorpusBuild
+from pipelines.corpus_job import CorpusJob
 
 SEQ_LEN = 64
 
@@ -23,7 +24,7 @@ def _build(raw: Path, out: Path, text_mode: str) -> schema.Manifest:
         "ingest": {"text_mode": text_mode}, "filter": {"blocks": []}, "dedup": {"near": False},
         "tokenizer": {"vocab_size": 500, "min_frequency": 1}, "shard": {"min_shards_per_split": 2},
         "pack": {"seq_len": SEQ_LEN, "validation_fraction": 0.3, "seed": 3}})
-    return CorpusBuild([str(raw)], str(out), cfg).run()
+    return CorpusBuild(CorpusJob([str(raw)], str(out), cfg)).run()
 
 
 def _shard_counts(out: Path, manifest: schema.Manifest) -> dict[str, tuple[int, int, int]]:

@@ -304,3 +304,25 @@ def test_packing_in_a_ray_task_uses_one_tokenizer_thread(tokenizer_json):
     assert (parallelism, rayon) == ("false", "1") and after - before <= 1
     d_before, d_after, d_parallelism, _ = got["driver"]
     assert d_parallelism is None and d_after - d_before >= min(2, os.cpu_count())
+
+
+def test_an_empty_train_split_is_a_loud_warning_naming_the_flag():
+    """One book drawn into validation: the warning says what happened, why, and the flag to fix it."""
+    from pipelines.pack import empty_split_warnings
+
+    one_book = {"validation": {"examples": 781, "tokens": 97744, "documents": 1}}
+    (warning,) = empty_split_warnings(one_book, 0.01, 1)
+    assert warning == (
+        "train: no examples, so pre-training on this corpus has nothing to read: 1 of 1 document went to "
+        "validation (documents are split whole between train and validation, each by a hash of its id against "
+        "pack.validation_fraction=0.01; with 1 document, it drew validation); fix: rebuild with "
+        "--validation-fraction 0 (no validation split), or add documents")
+    assert "all 3 documents drew validation" in empty_split_warnings(
+        {"validation": {"examples": 9, "tokens": 90, "documents": 3}}, 0.5, 3)[0]
+    # Both splits full, or train full with no validation asked for: nothing to say.
+    both = {"train": {"examples": 5, "tokens": 50, "documents": 2}, **one_book}
+    assert empty_split_warnings(both, 0.01, 3) == []
+    assert empty_split_warnings({"train": both["train"]}, 0.0, 2) == []
+    # With no validation asked for, an empty train split (documents without tokens) still warns.
+    assert [w.split(":")[0] for w in empty_split_warnings({}, 0.0, 2)] == ["train"]
+    assert "raise --validation-fraction" in empty_split_warnings({"train": both["train"]}, 0.01, 2)[0]

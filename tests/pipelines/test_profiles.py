@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from common.config import ConfigError
-from flows.build_corpus import corpus_config
+from pipelines.corpus_job import corpus_config
 from pipelines.config import CorpusConfig
 from pipelines.profiles import PROFILES, merge
 

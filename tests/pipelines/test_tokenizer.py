@@ -16,7 +16,8 @@ from pipelines import schema
 from common.config import ConfigError
 from pipelines.config import CorpusConfig, TokenizerConfig
 from synthetic.prose import documents
-from pipelines.tokenizer import load_pretrained, train_tokenizer
+from pipelines.tokenizer import train_tokenizer
+from pipelines.tokenizer_pretrained import load_pretrained
 from pipelines.tokenizer_sample import chosen_texts, train_on_sample, write_sample
 
 SPECIAL_IDS = {"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3, "[MASK]": 4}
@@ -323,7 +324,7 @@ def check_hf_class(folder: Path, cls_name: str) -> str:
     config = json.loads((folder / "tokenizer_config.json").read_text())
     try:
         hf = cls.from_pretrained(str(folder), local_files_only=True)
-    except TypeError:  # from the guard value (tokenizer.NOT_BERT), which names the classes to use
+    except TypeError:  # from the guard value (tokenizer_files.NOT_BERT), which names the classes to use
         assert config["tokenizer_class"] == "PreTrainedTokenizerFast"
         assert "AutoTokenizer or PreTrainedTokenizerFast" in config["tokenize_chinese_chars"]
         return "refused"

@@ -13,7 +13,8 @@ from tokenizers import Tokenizer
 from common.config import ConfigError
 from pipelines.config import CorpusConfig, TokenizerConfig
 from pipelines.orchestration.stages import tokenizer_fingerprint
-from pipelines.tokenizer import load_pretrained, train_tokenizer
+from pipelines.tokenizer import train_tokenizer
+from pipelines.tokenizer_pretrained import load_pretrained
 from pipelines.tokenizer_pretrained import open_pretrained
 from synthetic.prose import documents
 from tests.pipelines._hf_folders import BERT_SPECIAL_IDS, PAIRS, SENTENCES, bert_vocab, electra_folder, unigram_folder
@@ -188,7 +189,7 @@ def test_the_identity_covers_the_files_that_decide_the_tokenizer(tmp_path):
 
 @pytest.mark.parametrize("kind", ["wordpiece", "unigram"])
 def test_a_corpus_tokenizer_folder_is_a_model_folder(kind, tmp_path):
-    """The tokenizer/ folder a build writes (pipelines.tokenizer.hf_files) loads back as itself."""
+    """The tokenizer/ folder a build writes (pipelines.tokenizer_files.hf_files) loads back as itself."""
     trained = tmp_path / "trained"
     info = train_tokenizer(documents(60, seed=2), TokenizerConfig(kind=kind, vocab_size=400, lowercase=False,
                                                                    strip_accents=False), str(trained))

@@ -27,10 +27,12 @@ import numpy as np
 import pytest
 
 from common.config import ConfigError
-from flows.build_corpus import corpus_config, user_error
+from cli._errors import user_error
+from pipelines.corpus_job import corpus_config
 from pipelines.config import CorpusConfig, DecontaminateConfig
 from pipelines.decontaminate.protected import ProtectedFile, build, discover, fingerprint
 from pipelines.orchestration.runner import CorpusBuild
+from pipelines.corpus_job import CorpusJob
 from pipelines.orchestration.stages import STAGES, filter_fingerprint
 
 N = 13
@@ -250,7 +252,7 @@ def test_missing_or_empty_path_is_one_config_error_line_naming_it(tmp_path, tree
     raw.write_text(json.dumps({"text": "one document"}) + "\n")
     cfg = CorpusConfig.from_dict({"decontaminate": {"paths": [bad]}})
     with pytest.raises(ConfigError, match=re.escape(bad)):
-        CorpusBuild([str(raw)], str(tmp_path / "out"), cfg)
+        CorpusBuild(CorpusJob([str(raw)], str(tmp_path / "out"), cfg))
 
 
 def test_a_json_file_that_is_not_squad_is_a_config_error_naming_it(tmp_path):
@@ -334,7 +336,7 @@ def test_filter_key_covers_the_protected_files_bytes(tree, tmp_path):
     assert filter_fingerprint(CorpusConfig()) == ""
 
     def keys(c: CorpusConfig = cfg) -> dict[str, str]:
-        return CorpusBuild([str(raw)], out, c).keys
+        return CorpusBuild(CorpusJob([str(raw)], out, c)).keys
 
     before = keys()
     later = [s.name for s in STAGES][1:]  # every stage after ingest reads the filter's output

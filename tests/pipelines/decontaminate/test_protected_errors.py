@@ -61,7 +61,7 @@ def test_a_task_with_no_text_long_enough_is_a_warning(tmp_path):
 
 
 def test_paths_that_are_not_a_list_are_refused_before_the_flag_adds_to_them():
-    from flows.build_corpus import corpus_config
+    from pipelines.corpus_job import corpus_config
 
     with pytest.raises(ConfigError, match="decontaminate.paths: expected a list"):
         corpus_config(config={"decontaminate": {"paths": "glue"}}, decontaminate=["mix"])

@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import collections
+import re
 import struct
+import zlib
 
 import numpy as np
 import pyarrow as pa
@@ -21,7 +23,15 @@ def test_hash_partition_is_a_function_of_the_key():
     assert np.bincount(many, minlength=7).min() > 1200  # spread evenly (10000 / 7 = 1428)
 
 
-def test_a_map_file_holds_each_partition_as_one_slice():
+def _trailer(data: bytes, partitions: int) -> tuple[list[int], list[int], tuple[int, int]]:
+    """(slice starts + the end, crc32 per slice, (partitions, magic)) parsed with struct alone."""
+    tail = data[-(12 * partitions + 8 + 16):]
+    records = [struct.unpack_from("<qI", tail, 12 * p) for p in range(partitions)]
+    (end,) = struct.unpack_from("<q", tail, 12 * partitions)
+    return [r[0] for r in records] + [end], [r[1] for r in records], struct.unpack("<qq", tail[-16:])
+
+
+def test_a_map_file_holds_each_partition_as_one_checksummed_slice():
     rng = np.random.default_rng(1)
     part = rng.integers(0, 5, 300)
     part[part == 3] = 4  # partition 3 stays empty
@@ -30,11 +40,14 @@ def test_a_map_file_holds_each_partition_as_one_slice():
     sh.check_map_file(data, 5)
     with pytest.raises(ValueError, match="not a 6-partition"):
         sh.check_map_file(data, 6)
-    tail = data[-sh.trailer_bytes(5):]
-    offsets = np.frombuffer(tail[:8 * 6], dtype="<i8")
-    assert struct.unpack("<qq", tail[8 * 6:])[0] == 5 and offsets[0] == 0 and offsets[3] == offsets[4]
+    offsets, crcs, (partitions, magic) = _trailer(data, 5)
+    assert sh.trailer_bytes(5) == 12 * 5 + 24 and len(data) == offsets[-1] + sh.trailer_bytes(5)
+    assert partitions == 5 and magic.to_bytes(8, "big") == b"ELECSHV2" and offsets[0] == 0
+    assert offsets[3] == offsets[4]
     for p in range(5):
         blob = data[offsets[p]:offsets[p + 1]]
+        # the crc32 of (p, start, end) then the slice, computed here with zlib alone
+        assert crcs[p] == zlib.crc32(blob, zlib.crc32(struct.pack("<qqq", p, offsets[p], offsets[p + 1])))
         got = pa.ipc.open_stream(pa.py_buffer(blob)).read_all() if blob else None
         want = np.flatnonzero(part == p)
         if len(want) == 0:
@@ -43,6 +56,109 @@ def test_a_map_file_holds_each_partition_as_one_slice():
             assert got.column_names == ["k", "s"] and got.column("k").to_pylist() == want.tolist()
     with pytest.raises(ValueError, match=r"must be in \[0, 5\)"):
         sh.encode_map_file(pa.table({"k": [1], sh.PART: [5]}), 5)
+
+
+# Keys whose 8 bytes occur once in a map file: a flipped byte among them changes one value.
+_BASE = 0x1122334455667700
+
+
+def _one_file(folder, partitions: int = 4, rows: int = 400) -> tuple[sh.Shuffled, bytes, np.ndarray]:
+    """A one-map-file shuffle written to ``folder`` without Ray (what a map task writes)."""
+    part = np.arange(rows) % partitions
+    part[part == 2] = 1  # partition 2 is empty
+    table = pa.table({"k": _BASE + np.arange(rows, dtype=np.int64), sh.PART: part})
+    data = sh.encode_map_file(table, partitions)
+    storage.write_bytes(storage.join(str(folder), "map-a.arrows"), data)
+    return sh.Shuffled(str(folder), partitions, (sh.MapFile("map-a.arrows", len(data), rows),)), data, part
+
+
+def _keys(shuffled: sh.Shuffled, p: int) -> list[int] | None:
+    table = sh.read_partition(shuffled, p)
+    return None if table is None else table.column("k").to_pylist()
+
+
+def _is_a_data_error(exc: BaseException) -> bool:
+    """Neither the storage layer nor the stage runner retries it (a damaged object stays damaged)."""
+    from common import retry
+    from pipelines.orchestration import checks
+
+    return (isinstance(exc, storage.StorageError) and not isinstance(exc, storage.StoreUnavailableError)
+            and not retry.transient(exc) and not checks.transient(exc))
+
+
+def test_an_intact_map_file_reads_back_every_partition(tmp_path):
+    shuffled, _, part = _one_file(tmp_path)
+    for p in range(4):
+        want = (_BASE + np.flatnonzero(part == p)).tolist()
+        assert _keys(shuffled, p) == (want or None)
+
+
+@pytest.mark.parametrize("keep", ["most_of_the_trailer", "half_the_data", "nothing"])
+def test_a_truncated_map_file_is_named_with_its_size(tmp_path, keep):
+    shuffled, data, _ = _one_file(tmp_path)
+    cut = {"most_of_the_trailer": len(data) - 5, "half_the_data": len(data) // 2, "nothing": 0}[keep]
+    (tmp_path / "map-a.arrows").write_bytes(data[:cut])
+    uri = storage.join(str(tmp_path), "map-a.arrows")
+    for p in range(4):  # any partition's reader finds it, never a bare struct.error
+        with pytest.raises(sh.MapFileError) as err:
+            sh.read_partition(shuffled, p)
+        assert str(err.value) == (f"{uri}: partition {p}: truncated: the map side wrote {len(data)} bytes, "
+                                  f"the store holds {cut}; run the build again (the stage recomputes its "
+                                  "shuffle from its input)")
+        assert _is_a_data_error(err.value)
+
+
+def test_a_flipped_byte_in_a_slice_fails_its_checksum(tmp_path):
+    shuffled, data, part = _one_file(tmp_path)
+    offsets, _, _ = _trailer(data, 4)
+    victim = int(np.flatnonzero(part == 3)[5])  # a key of partition 3
+    at = data.index(struct.pack("<q", _BASE + victim))
+    assert offsets[3] <= at < offsets[4] and data.count(struct.pack("<q", _BASE + victim)) == 1
+    damaged = bytearray(data)
+    damaged[at] ^= 0x10
+    (tmp_path / "map-a.arrows").write_bytes(bytes(damaged))
+    # Arrow alone reads the damaged slice without complaint: one key silently changed.
+    silently = pa.ipc.open_stream(pa.py_buffer(bytes(damaged[offsets[3]:offsets[4]]))).read_all()
+    assert silently.column("k").to_pylist().count(_BASE + victim) == 0
+    uri = storage.join(str(tmp_path), "map-a.arrows")
+    with pytest.raises(sh.MapFileError, match=rf"^{re.escape(uri)}: partition 3: damaged: bytes "
+                                              rf"\[{offsets[3]}, {offsets[4]}\) have crc32 0x[0-9a-f]{{8}}, "
+                                              r"the trailer says 0x[0-9a-f]{8}; run the build again") as err:
+        sh.read_partition(shuffled, 3)
+    assert _is_a_data_error(err.value)
+    for p in (0, 1, 2):  # the other slices are intact and still read
+        want = (_BASE + np.flatnonzero(part == p)).tolist()
+        assert _keys(shuffled, p) == (want or None)
+
+
+@pytest.mark.parametrize("field,partition,what", [
+    ("start", 1, "damaged: bytes"),  # a start moved inside the data: the slice's checksum fails
+    ("crc", 0, "damaged: bytes"),
+    ("crc", 2, "damaged trailer: the record of an empty slice"),  # no data read, still checked
+    ("end", 3, "damaged trailer: slice"),  # the end offset pushed past the data
+])
+def test_a_flipped_byte_in_the_trailer_is_caught(tmp_path, field, partition, what):
+    shuffled, data, _ = _one_file(tmp_path)
+    record = len(data) - sh.trailer_bytes(4) + 12 * partition
+    at = {"start": record, "crc": record + 8, "end": len(data) - 24 + 2}[field]
+    damaged = bytearray(data)
+    damaged[at] ^= 0x01 if field != "end" else 0x40
+    (tmp_path / "map-a.arrows").write_bytes(bytes(damaged))
+    uri = storage.join(str(tmp_path), "map-a.arrows")
+    with pytest.raises(sh.MapFileError, match=rf"^{re.escape(uri)}: partition {partition}: {what}"):
+        sh.read_partition(shuffled, partition)
+
+
+def test_a_map_file_of_the_unchecked_format_is_refused(tmp_path):
+    """Version 1 (offsets only, magic "ELECSHUF"): refused by name, never misread."""
+    offsets = np.array([0, 0, 0, 0, 0], dtype="<i8")
+    old = offsets.tobytes() + struct.pack("<qq", 4, 0x454C4543_53485546)
+    old = b"\0" * (sh.trailer_bytes(4) - len(old)) + old  # as long as a new trailer: the magic decides
+    (tmp_path / "map-old.arrows").write_bytes(old)
+    shuffled = sh.Shuffled(str(tmp_path), 4, (sh.MapFile("map-old.arrows", len(old), 0),))
+    with pytest.raises(sh.MapFileError, match=r"map-old\.arrows: partition 0: not a 4-partition shuffle map "
+                                              r"file of this format \(partitions 4, magic 0x454c454353485546"):
+        sh.read_partition(shuffled, 0)
 
 
 def _keyed(batch: dict, *, partitions: int) -> dict:
@@ -73,7 +189,7 @@ def test_every_key_reaches_exactly_one_reduce_call(ray_local, tmp_path, blocks, 
     # A map file whose trailer is not a whole map file's (same size, other bytes) is refused by name.
     bad = tmp_path / "s" / shuffled.files[0].name
     bad.write_bytes(b"\0" * bad.stat().st_size)
-    with pytest.raises(storage.StorageError, match=rf"{shuffled.files[0].name}: not a {parts}-partition"):
+    with pytest.raises(sh.MapFileError, match=rf"{shuffled.files[0].name}: partition 0: not a {parts}-partition"):
         sh.read_partition(shuffled, 0)
     shuffled.remove()
     assert not (tmp_path / "s").exists()

@@ -9,7 +9,7 @@ import pytest
 from common.config import ConfigError
 from pipelines.engine import parts
 from pipelines.config import FILTER_BLOCKS, CorpusConfig, FilterConfig
-from pipelines.filters import REGISTRY, Doc, build_blocks, filter_batch, normalize_text, run_blocks
+from pipelines.filters import Doc, build_blocks, filter_batch, normalize_text, registry, run_blocks
 from tests.pipelines.filters._docs import prose
 
 FRENCH = ("Le conseil municipal s'est réuni mardi soir pour discuter du budget de l'année prochaine. "
@@ -17,12 +17,36 @@ FRENCH = ("Le conseil municipal s'est réuni mardi soir pour discuter du budget 
 
 
 def test_every_block_is_registered_with_a_section():
-    build_blocks(FilterConfig())  # imports every block module
-    assert set(REGISTRY) == set(FILTER_BLOCKS)
-    for name in FILTER_BLOCKS:
-        assert dataclasses.is_dataclass(getattr(FilterConfig(), name))
-        (b,) = build_blocks(FilterConfig(blocks=[name]))
-        assert b.name == name
+    declared = registry.blocks()
+    assert [s.name for s in declared] == list(FILTER_BLOCKS)
+    for spec in declared:
+        section = getattr(FilterConfig(), spec.name)
+        assert type(section) is spec.config and dataclasses.is_dataclass(section)
+        assert spec.module == f"pipelines.filters.{spec.name}"  # one block, one module of its name
+        (b,) = build_blocks(FilterConfig(blocks=[spec.name]))
+        assert b.name == spec.name
+
+
+def test_the_order_and_defaults_are_todays():
+    # The order decides which block names a drop: it must not move when a block is added.
+    assert FILTER_BLOCKS == ("gopher_quality", "gopher_repetition", "code", "c4", "fineweb", "language",
+                             "lm_quality", "pii")
+    assert [f.name for f in dataclasses.fields(FilterConfig)] == ["unicode_form", "blocks", *FILTER_BLOCKS,
+                                                                  "by_language"]
+
+
+def test_word_counting_blocks_are_what_uncalibrated_languages_skip():
+    from pipelines.language.profiles import WORD_BLOCKS
+
+    assert {s.name for s in registry.blocks() if s.counts_words} == set(WORD_BLOCKS)
+
+
+def test_a_block_name_is_declared_once():
+    spec = registry.spec("c4")
+    with pytest.raises(ValueError, match="declared twice"):
+        registry.register("c4", config=spec.config, position=1)(lambda cfg: None)
+    with pytest.raises(KeyError, match="no filter block 'c5'"):
+        registry.spec("c5")
 
 
 def test_default_blocks_and_order():

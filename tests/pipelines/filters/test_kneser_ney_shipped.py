@@ -166,7 +166,7 @@ def test_index_like():
 
 @pytest.mark.skipif(not BOOKS.is_dir(), reason=f"no books at {BOOKS}")
 def test_book_prose_not_in_the_reference_gains(shipped):
-    from pipelines.config import LmQualityConfig
+    from pipelines.filters.lm_quality import LmQualityConfig
     from pipelines.filters.lm_quality import REFERENCE_SOURCES
     from synthetic import web_junk
 
@@ -184,7 +184,7 @@ def test_book_prose_not_in_the_reference_gains(shipped):
 
 
 def test_demo_corpus_gains(shipped):
-    from flows import demo
+    from cli import demo
     from synthetic import class_task
 
     model, _ = shipped

@@ -103,8 +103,8 @@ def test_generated_demo_prose_is_kept():
 
 
 def test_demo_corpus_is_kept():
-    # What flows/demo.py writes and then builds with the web profile (all default blocks).
-    from flows import demo
+    # What cli/demo.py writes and then builds with the web profile (all default blocks).
+    from cli import demo
     from synthetic import class_task
 
     docs = class_task.classed_documents(3000, seed=0, fraction=demo.CLASS_FRACTION)

@@ -46,3 +46,25 @@ def test_report_reads_the_quarantine_only_when_nearly_everything_went(tmp_path):
     line = report(stats(0, {"filter:c4:min_num_sentences": 12}), rejected=str(tmp_path), files=files,
                   languages=["en"])
     assert "(12 sampled): zh 10, de 2" in line and "--language zh" in line
+
+
+def test_ingest_that_kept_nothing_names_the_reasons_the_cause_and_the_quarantine():
+    from pipelines.orchestration.drop_report import ingest_report
+
+    where = "/c/rejected/ingest-k"
+    assert ingest_report(stats(1, {"ingest:binary": 4}), rejected=where, files=5) is None
+    binary = ingest_report(stats(0, {"ingest:binary": 4, "ingest:empty_file": 1}), rejected=where, files=5)
+    assert binary.startswith("ingest kept 0 of 5 documents in 5 files, every one rejected: binary 4, "
+                             "empty_file 1; likely cause: the files are not text")
+    assert binary.endswith("; each dropped document and its reason: /c/rejected/ingest-k/")
+    empty = ingest_report(stats(0, {"ingest:empty_file": 1}), rejected=where + "/", files=1)
+    assert "in 1 file, every one rejected: empty_file 1; likely cause: the files hold no text" in empty
+    assert empty.endswith("reason: /c/rejected/ingest-k/")
+    odd = ingest_report(stats(0, {"ingest:warc_skipped": 2}), rejected=where, files=1)
+    assert "likely cause: the sources hold no document the readers accept" in odd
+
+
+def test_text_without_a_language_is_never_a_language_fix():
+    line = explain(stats(0, {"filter:gopher_quality:min_doc_words": 100}), ["en"], Counter({"zxx": 100}))
+    assert "(100 sampled): zxx 100" in line and "--language zxx" not in line
+    assert "relax filter.gopher_quality.min_doc_words" in line

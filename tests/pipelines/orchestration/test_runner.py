@@ -22,6 +22,7 @@ from pipelines import schema
 from synthetic import prose
 from pipelines.config import CorpusConfig
 from pipelines.orchestration.runner import CorpusBuild
+from pipelines.corpus_job import CorpusJob
 from pipelines.orchestration.stages import STAGES
 from tests._procs import run_in_group
 
@@ -36,8 +37,9 @@ install(sys.argv[4])
 from pipelines.engine import raydata
 from pipelines.config import CorpusConfig
 from pipelines.orchestration.runner import CorpusBuild
+from pipelines.corpus_job import CorpusJob
 raydata.init_ray(num_cpus=1)
-CorpusBuild([sys.argv[1]], sys.argv[2], CorpusConfig.from_dict(json.loads(sys.argv[3]))).run()
+CorpusBuild(CorpusJob([sys.argv[1]], sys.argv[2], CorpusConfig.from_dict(json.loads(sys.argv[3])))).run()
 """
 
 
@@ -49,8 +51,8 @@ def with_(cfg: dict, **changes) -> dict:
     return out
 
 
-def build(raw, out, cfg=CFG, **kw) -> CorpusBuild:
-    return CorpusBuild([str(raw)], str(out), CorpusConfig.from_dict(cfg), **kw)
+def build(raw, out, cfg=CFG, keep_cache=False, **kw) -> CorpusBuild:
+    return CorpusBuild(CorpusJob([str(raw)], str(out), CorpusConfig.from_dict(cfg), keep_cache=keep_cache), **kw)
 
 
 def killed_build(raw, out, cfg, point: str):

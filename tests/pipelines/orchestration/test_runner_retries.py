@@ -13,6 +13,7 @@ from common import storage
 from pipelines import schema
 from pipelines.config import CorpusConfig
 from pipelines.orchestration.runner import CorpusBuild
+from pipelines.corpus_job import CorpusJob
 from synthetic import prose
 from tests._s3proxy import one_request_per_attempt, s3_proxy  # noqa: F401  (fixtures)
 
@@ -33,13 +34,13 @@ def test_a_stage_whose_attempt_fails_on_the_store_runs_again(ray_s3, one_request
     bucket = s3.bucket("retries")
     for rel in storage.find(str(raw)):
         storage.write_bytes(f"{bucket}/raw/{rel}", (raw / rel).read_bytes())
-    local = CorpusBuild([str(raw)], str(tmp_path / "local"), CorpusConfig.from_dict(CFG))
+    local = CorpusBuild(CorpusJob([str(raw)], str(tmp_path / "local"), CorpusConfig.from_dict(CFG)))
     local.run()
     monkeypatch.setenv("ELECTRA_STORE_RETRY_SECONDS", "0")  # one request per storage call
     # The driver's check of the filter stage's outputs (a listing of its data folder) is refused
     # once: that attempt fails with StoreUnavailableError; the stage runs again from scratch.
     window = proxy.slowdown(trigger=r"prefix=[^&]*\.work/filter-[0-9a-f]+/data", requests=1)
-    build = CorpusBuild([f"{bucket}/raw"], f"{bucket}/out", CorpusConfig.from_dict(CFG))
+    build = CorpusBuild(CorpusJob([f"{bucket}/raw"], f"{bucket}/out", CorpusConfig.from_dict(CFG)))
     with caplog.at_level(logging.WARNING, logger="pipelines.orchestration.runner"):
         build.run()
     assert window.opened_at is not None and proxy.counts["slowdown"] == 1

@@ -1,4 +1,4 @@
-"""`make demo`: the whole chain on an embedded default, and what pre-training buys; no network, no GPU.
+"""`make demo` (``python -m cli.demo``): the whole chain on an embedded default, and what pre-training buys; no network, no GPU.
 
 1. generate a raw corpus (mixed formats, planted duplicates, a few bad files) whose sentences
    carry two latent classes of words, and a GLUE-format task (SST-2 layout) whose label is the
@@ -9,12 +9,16 @@
 3. pre-train the `tiny` preset with the demo's recipe (``PRETRAIN`` below) with the real trainer
    (DeepSpeed engine, single process);
 4. export the same model at random initialisation (``electra.random_init``: the trainer's own
-   step 0) and fine-tune both with the same recipe and the same seeds (``flows.evaluate``);
+   step 0) and fine-tune both with the same recipe and the same seeds (``cli.evaluate``);
 5. print the two rows side by side (median and range over seeds) and their difference.
 
 A demo whose task a model without pre-training also solves shows nothing; on this one the
 baseline row stays at chance, and the pre-trained row can only rise above it as far as
 pre-training has placed the held-out words with their class.
+
+Each step is the project's own command line in a subprocess, exactly as a user types it; this
+file only chains them and prints the comparison. Its flags come from ``DemoJob``
+(``common.cli``).
 """
 from __future__ import annotations
 
@@ -27,8 +31,10 @@ import statistics
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from common import cli
 from synthetic import class_task, prose
 
 REPO = Path(__file__).resolve().parents[1]
@@ -80,15 +86,24 @@ def _table(rows: dict[str, list[float]]) -> str:
     return "\n".join(lines)
 
 
+@dataclass(frozen=True)
+class DemoJob:
+    out: str = field(default="demo_out", metadata={"help": "folder for everything the demo writes"})
+    docs: int = field(default=3000, metadata={"help": "generated documents"})
+    steps: int = field(default=3000, metadata={"help": "pre-training steps"})
+    seeds: int = field(default=3, metadata={"help": "fine-tuning seeds"})
+    class_fraction: float = field(default=CLASS_FRACTION, metadata={
+        "help": "share of corpus sentences that carry the task's word classes"})
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m cli.demo", description=__doc__.split("\n\n")[0])
+    cli.Flags(p).fields(DemoJob)
+    return p
+
+
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m flows.demo", description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", default="demo_out", help="folder for everything the demo writes")
-    p.add_argument("--docs", type=int, default=3000, help="generated documents")
-    p.add_argument("--steps", type=int, default=3000, help="pre-training steps")
-    p.add_argument("--seeds", type=int, default=3, help="fine-tuning seeds")
-    p.add_argument("--class-fraction", type=float, default=CLASS_FRACTION,
-                   help="share of corpus sentences that carry the task's word classes")
-    args = p.parse_args(argv)
+    args = DemoJob(**cli.given(build_parser().parse_args(argv)))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     out = Path(args.out).resolve()
     for stale in (out / "run", out / "eval", out / "random_init"):  # a demo starts from scratch: an earlier demo's
@@ -102,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
 
     py = sys.executable
     corpus = str(out / "corpus")
-    _run([py, "-m", "flows.build_corpus", "--source", str(raw), "--out", corpus,
+    _run([py, "-m", "cli.build_corpus", "--source", str(raw), "--out", corpus,
           "--vocab-size", "4000", "--seq-len", str(SEQ_LEN), "--validation-fraction", "0.05"])
     recipe = [arg for kv in PRETRAIN for arg in ("--set", kv)]
     _run([py, "-m", "electra.train", "--config", TINY, "--data", corpus, *recipe,
@@ -118,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, checkpoint in (("random init", out / "random_init"), ("pre-trained", out / "run")):
         ev = out / "eval" / name.replace(" ", "_").replace("-", "_")
         reference = ["--reference", str(out / "eval" / "random_init")] if name == "pre-trained" else []
-        _run([py, "-m", "flows.evaluate", "--checkpoint", str(checkpoint), "--glue-dir", str(glue),
+        _run([py, "-m", "cli.evaluate", "--checkpoint", str(checkpoint), "--glue-dir", str(glue),
               "--tasks", "SST-2", "--seeds", str(args.seeds), "--size", "small", *FINETUNE,
               *reference, "--out", str(ev)])
         rows[name] = seed_scores(ev / "results.json")

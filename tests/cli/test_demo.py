@@ -1,7 +1,8 @@
-"""The demo's recipe and its printed table (the whole demo is `make demo`, minutes long)."""
+"""The demo's recipe, its flags and its printed table (the whole demo is `make demo`, minutes long)."""
 from __future__ import annotations
 
-from flows import demo
+from cli import demo
+from common import cli
 from electra.config import load_config
 
 
@@ -27,3 +28,9 @@ def test_table_prints_medians_ranges_and_their_difference():
     assert pre.split()[1:3] == ["93.0", "70.0-93.5"]        # median of 70, 93, 93.5 is 93
     assert base.split()[2:4] == ["51.0", "50.2-53.0"]
     assert next(line for line in lines if line.startswith("difference")).split()[1] == "+42.0"
+
+
+def test_flags_come_from_the_demo_job():
+    args = demo.DemoJob(**cli.given(demo.build_parser().parse_args(["--steps", "10", "--class-fraction", "0.3"])))
+    assert args == demo.DemoJob(steps=10, class_fraction=0.3)
+    assert args.out == "demo_out" and args.seeds == 3

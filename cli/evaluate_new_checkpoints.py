@@ -1,0 +1,61 @@
+"""``electra-evaluate-new`` (``python -m cli.evaluate_new_checkpoints``): evaluate every checkpoint
+under a runs folder that has no results yet (the hourly scan, once, from the command line).
+
+    python -m cli.evaluate_new_checkpoints --runs RUNS_DIR [--tasks CoLA,MRPC] [--glue-dir DIR]
+
+The flags: ``--runs`` (``ScanRequest``) and the evaluation job's data, task and recipe flags
+(``evaluation.evaluation_job``; not ``--checkpoint``, ``--out`` or ``--reference``, which the
+scan decides per checkpoint). A runs folder that does not exist, or a bad task or data folder,
+is one ``evaluate-new-checkpoints: error:`` line with exit status 2. Prints the outcome as JSON.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass, field
+
+from cli._errors import fail
+from common.config import ConfigError
+from evaluation.evaluation_job import EvaluationJob, add_flags, job_values
+from evaluation.glue_tasks import GlueDataError
+from evaluation.pending import RunsFolderMissing, check_runs
+from flows.evaluate_new_checkpoints import evaluate_new_checkpoints
+from flows.runtime import RuntimeUnavailable, prefect_runtime
+
+PROG = "evaluate-new-checkpoints"
+PER_CHECKPOINT = ("checkpoint", "out", "reference")  # the scan decides these
+
+
+@dataclass(frozen=True)
+class ScanRequest:
+    runs: str = field(metadata={"help": "folder holding run directories (RUN/checkpoints/step_N)"})
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="electra-evaluate-new",
+                                description="evaluate checkpoints that have no results yet")
+    flags = add_flags(p, skip=PER_CHECKPOINT)
+    flags.fields(ScanRequest)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    values = job_values(args)
+    try:  # the same checks an evaluation makes, once, before Prefect starts
+        check_runs(values["runs"])
+        EvaluationJob.check_data(**{k: v for k, v in values.items() if k != "runs"})
+    except (RunsFolderMissing, ConfigError, GlueDataError) as exc:
+        return fail(PROG, exc)
+    try:
+        with prefect_runtime(PROG):
+            outcome = evaluate_new_checkpoints(**values)
+    except RuntimeUnavailable as exc:
+        return fail(PROG, exc)
+    print(json.dumps(outcome, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

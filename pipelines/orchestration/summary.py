@@ -1,0 +1,51 @@
+"""What a finished build says about itself: the stage statistics table and the closing lines.
+
+Both read only the manifest (``pipelines.schema.Manifest``, or its ``to_dict()`` form), so the
+Prefect flow's markdown artifact, the command line's last lines and a later look at a published
+corpus say the same thing. Statistics a stage did not record show as ``-``.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from pipelines import schema
+
+DOCUMENT_STAGES = ("ingest", "filter", "exact_dedup", "near_dedup")  # stages that count documents
+TOKEN_STAGES = ("tokenizer", "pack", "shard")
+
+
+def markdown(manifest: schema.Manifest) -> str:
+    """The build's statistics as a markdown table, then one line per split and the warnings."""
+    rows = ["| stage | docs in | docs out | dropped | seconds | docs/s | MB/s |", "|---|---|---|---|---|---|---|"]
+    for name in DOCUMENT_STAGES:
+        s = manifest.stats.get(name, {})
+        dropped = ", ".join(f"{k}={v}" for k, v in s.get("dropped", {}).items()) or "-"
+        rows.append(f"| {name} | {s.get('documents_in', '-')} | {s.get('documents_out', '-')} | {dropped} | "
+                    f"{s.get('seconds', '-')} | {s.get('docs_per_sec', '-')} | {s.get('mb_per_sec', '-')} |")
+    for name in TOKEN_STAGES:
+        s = manifest.stats.get(name, {})
+        rows.append(f"| {name} | | | | {s.get('seconds', '-')} | | {s.get('mb_per_sec', '-')} |")
+    lines = ["# build-corpus", "", *rows, ""]
+    for split, info in manifest.splits.items():
+        lines.append(f"- **{split}**: {info.num_documents} documents, {info.num_examples} examples, "
+                     f"{info.num_tokens} tokens, fill {info.fill:.1%}, {len(manifest.shards_for(split))} shards")
+    lines.append(f"- tokenizer: {manifest.tokenizer.kind}, vocab {manifest.tokenizer.vocab_size}, "
+                 f"sha256 `{manifest.tokenizer.sha256[:12]}`")
+    lines += [f"- warning: {w}" for w in manifest.warnings]
+    lines.append(f"- shards: {manifest.stats.get('shard', {}).get('bytes_per_token')} bytes per token")
+    return "\n".join(lines)
+
+
+def closing_lines(manifest: dict[str, Any], out: str) -> list[str]:
+    """What the command line prints after a build (``manifest``: ``Manifest.to_dict()``): each
+    split, what decontamination removed, every warning, and where the corpus is."""
+    lines = [f"{split}: {info['num_documents']} documents, {info['num_examples']} examples, "
+             f"{info['num_tokens']} tokens, fill {info['fill']:.1%}" for split, info in manifest["splits"].items()]
+    decon = manifest.get("decontamination") or {}
+    if decon:
+        removed = ", ".join(f"{task} {n}" for task, n in decon["removed"].items())
+        lines.append(f"decontamination: {decon['ngrams']} {decon['ngram']}-grams of {len(decon['files'])} files; "
+                     f"documents removed: {removed}")
+    lines += [f"warning: {w}" for w in manifest.get("warnings", [])]
+    lines.append(f"corpus written to {out} ({schema.MANIFEST_NAME})")
+    return lines
