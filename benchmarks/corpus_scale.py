@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/corpus_scale.py --sizes 0.25,0.5,1,2 [--json OUT] [--work DIR]
     .venv/bin/python benchmarks/corpus_scale.py --blocks 512,1024,2048 [--rows 200000] [--json OUT]
+    .venv/bin/python benchmarks/corpus_scale.py --simulate 1,10,100,1000 (store requests per shuffle)
     .venv/bin/python benchmarks/corpus_scale.py --quick                  (smoke run of both modes)
 
 Sizes (GB of document text). Each size's corpus is written by ``synthetic.web_corpus`` (real
@@ -24,6 +25,10 @@ the largest size >= 0.85x the smallest; driver peak RSS at the largest <= 1.5x t
 
 Blocks (``--blocks M1,M2,..``): the four shuffles side by side on a small input forced into
 cluster-sized block counts; see ``benchmarks/corpus_scale_shuffles.py``.
+
+Simulate (``--simulate GB1,GB2,..``): one storage shuffle's GET/PUT/LIST counts and bytes read
+and written at the map-file, partition and reduce-task counts of those sizes; see
+``benchmarks/corpus_scale_simulate.py``.
 
 Every report starts with the CPU (``lscpu`` model, amx_bf16 / avx512_bf16 / AVX2-only) and the
 load average: on the shared 2-core box, compare only figures taken under similar load.
@@ -334,6 +339,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rows", type=int, default=200_000, help="rows shuffled in --blocks mode")
     p.add_argument("--partitions", type=int, default=8, help="shuffle partitions in --blocks mode")
     p.add_argument("--methods", default="sort,hash,v2,storage", help="shuffles compared in --blocks mode")
+    p.add_argument("--simulate", help="GB shuffled, comma-separated: store requests per shuffle (e.g. 1,10,100,1000)")
     p.add_argument("--cpus", type=int, default=2)
     p.add_argument("--work", default=str(REPO / "bench_out" / "corpus_scale"), help="corpora and builds")
     p.add_argument("--keep", action="store_true", help="keep the built corpora")
@@ -353,8 +359,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.quick:
         args.sizes, args.blocks, args.rows = args.sizes or "0.002,0.004", args.blocks or "32,64", 20_000
-    if not args.sizes and not args.blocks:
-        p.error("give --sizes, --blocks or --quick")
+    if not args.sizes and not args.blocks and not args.simulate:
+        p.error("give --sizes, --blocks, --simulate or --quick")
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     machine = cpu_kind()
@@ -376,6 +382,13 @@ def main(argv: list[str] | None = None) -> int:
         lines, goals = blocks_report(runs)
         print("\n" + "\n".join(lines))
         report.update(blocks=runs, block_goals=goals)
+    if args.simulate:
+        from benchmarks.corpus_scale_simulate import run_simulate, simulate_report
+
+        sims = run_simulate([float(x) for x in args.simulate.split(",")], work)
+        lines, goals = simulate_report(sims)
+        print("\n" + "\n".join(lines))
+        report.update(simulate=sims, simulate_goals=goals)
     report["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
     print(f"load average at the end: {report['loadavg_end']}")
     if args.json:

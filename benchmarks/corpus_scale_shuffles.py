@@ -17,7 +17,8 @@ partitions and reduced (rows and uid sum per partition, checked equal across met
     (over bundles of blocks) hash-split their rows into P pieces in the object store, then one
     reduce task per partition (the object-store variant; the disk-based one is not measured).
 (d) ``storage``: ``pipelines.engine.shuffle``: map files on local disk, one per ~128 MB of rows,
-    then ``reduce(...).take_all()``, one task per partition.
+    then ``reduce(...).take_all()``, one task per contiguous range of partitions
+    (``shuffle.reduce_tasks``: at least 8, so one partition each at the default 8).
 
 Each (method, M) runs in a child process of its own (its own Ray session, ``num_cpus=2``, pinned
 to two cores), so one method's leftovers cannot bias the next. Measured per run: the shuffle's

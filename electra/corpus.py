@@ -10,7 +10,8 @@ manifest is the commit point: a shard it does not list does not exist. Three ste
    does not fit the config or the checkpoint: seq_len, the tokenizer's sha256 (against the
    manifest: replaced after the build; against the checkpoint: the wrong corpus for this run),
    its vocabulary size, ``[PAD] = 0``.
-2. ``check_shards`` checks metadata only: one listing per shard folder, compared with the
+2. ``check_shards`` checks metadata only: one listing per shard folder (``list_shard_folders``,
+   shared by the train and validation splits, which live in the same folder), compared with the
    manifest's names and sizes (a shard the listing lacks is asked for once by name, which is also
    how a store that cannot list, plain HTTP, is served). That costs a few requests whatever the
    corpus size; hashing every shard up front cost every rank one full read of the split before
@@ -164,18 +165,27 @@ def open_corpus(corpus: str, *, seq_len: int | None = None, tokenizer_sha256: st
     return info
 
 
-def check_shards(corpus: CorpusInfo, split: str, *,
-                 skip_corrupt: bool = False) -> tuple[list[ShardRef], list[str]]:
+def list_shard_folders(corpus: CorpusInfo, splits: Sequence[str] = schema.SPLITS) -> dict[str, dict[str, int]]:
+    """Folder -> (name -> size) for every folder holding shards of ``splits``: one listing per
+    folder, shared by the splits (train and validation live in the same ``shards/<generation>/``)."""
+    folders = sorted({posixpath.dirname(s.path) for split in splits for s in corpus.manifest.shards_for(split)})
+    return {folder: _file_sizes(corpus.uri(folder)) for folder in folders}
+
+
+def check_shards(corpus: CorpusInfo, split: str, *, skip_corrupt: bool = False,
+                 listings: dict[str, dict[str, int]] | None = None) -> tuple[list[ShardRef], list[str]]:
     """The split's shards whose listing matches the manifest, and the locations of those skipped
-    (missing or of another size); content is verified later, by ``read_shard``."""
+    (missing or of another size); content is verified later, by ``read_shard``. ``listings``
+    (``list_shard_folders``) lets several splits share one listing; without it the split's
+    folders are listed here."""
     infos = corpus.manifest.shards_for(split)
-    listings = {folder: _file_sizes(corpus.uri(folder)) for folder in sorted({posixpath.dirname(s.path)
-                                                                               for s in infos})}
+    if listings is None:
+        listings = list_shard_folders(corpus, (split,))
     good, skipped = [], []
     for info in infos:
         uri = corpus.uri(info.path)
         folder, name = posixpath.split(info.path)
-        size = listings[folder].get(name)
+        size = listings.get(folder, {}).get(name)
         if size is None:  # not in the listing: ask by name before calling it missing
             found = storage.info(uri)
             size = None if found is None else int(found["size"])

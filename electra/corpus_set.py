@@ -19,11 +19,20 @@ from dataclasses import dataclass
 
 from common import storage
 from common.hashing import sha256_bytes
-from electra.corpus import CorpusInfo, CorpusMismatchError, ShardRef, check_shards, open_corpus
+from electra.corpus import CorpusInfo, CorpusMismatchError, ShardRef, check_shards, list_shard_folders, open_corpus
 from electra.mixture import Mixture, takes_for
 from pipelines import schema
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ShardCheck:
+    """The answer of one shard check (``CorpusSet.check``): what the run reads, what it skips."""
+    train: tuple[ShardRef, ...]  # every corpus's, corpus after corpus
+    validation: tuple[ShardRef, ...]
+    skipped: tuple[str, ...]  # missing or of another size, left out under data.skip_corrupt
+    mixture: Mixture | None  # several corpora: what each gives an epoch
 
 
 @dataclass(frozen=True)
@@ -69,12 +78,23 @@ class CorpusSet:
     def copy_tokenizer(self, dest: str) -> None:
         self.primary.copy_tokenizer(dest)
 
-    def shards(self, split: str, *, skip_corrupt: bool) -> tuple[tuple[ShardRef, ...], tuple[str, ...], Mixture | None]:
+    def check(self, *, skip_corrupt: bool) -> ShardCheck:
+        """Both splits from ONE listing per shard folder of each corpus (train and validation
+        share their folder): the start-up's whole store traffic besides manifests and tokenizers."""
+        listings = [list_shard_folders(c) for c in self.corpora]
+        train, skipped, mixture = self.shards("train", skip_corrupt=skip_corrupt, listings=listings)
+        validation, skipped_val, _ = self.shards("validation", skip_corrupt=skip_corrupt, listings=listings)
+        return ShardCheck(train, validation, skipped + skipped_val, mixture)
+
+    def shards(self, split: str, *, skip_corrupt: bool, listings: Sequence[dict] | None = None,
+               ) -> tuple[tuple[ShardRef, ...], tuple[str, ...], Mixture | None]:
         """The split's shards of every corpus (corpus after corpus), those skipped as corrupt, and
-        the mixture (None for one corpus, and for a validation split: evaluated as concatenated)."""
+        the mixture (None for one corpus, and for a validation split: evaluated as concatenated).
+        ``listings``: each corpus's ``list_shard_folders``, when the caller shares them."""
         shards, skipped, counts, sizes = [], [], [], []
-        for corpus in self.corpora:
-            good, bad = check_shards(corpus, split, skip_corrupt=skip_corrupt)
+        for i, corpus in enumerate(self.corpora):
+            good, bad = check_shards(corpus, split, skip_corrupt=skip_corrupt,
+                                     listings=None if listings is None else listings[i])
             shards += good
             skipped += bad
             counts.append(len(good))

@@ -43,10 +43,11 @@ on any number of ranks. It is saved in checkpoints; a restarted run rebuilds the
 sees exactly the global batches the uninterrupted run would have seen. The old per-rank format
 ``{"epoch", "batch"}`` cannot be mapped onto this order and is refused by ``from_dict``.
 
-Integrity (``electra.corpus``): before training, one listing per shard folder is compared with
-the manifest's names and sizes on every rank alike; a missing or truncated shard raises
-:class:`CorruptShardError` naming it, or with ``data.skip_corrupt`` it is left out of the plan on
-every rank, counted and logged. Content is verified while it streams (sha256, byte and example
+Integrity (``electra.corpus``): before training, rank 0 compares one listing per shard folder
+(shared by both splits) with the manifest's names and sizes and every rank takes its answer
+(``electra.pretrain_plan``); a missing or truncated shard raises :class:`CorruptShardError`
+naming it on every rank, or with ``data.skip_corrupt`` it is left out of the plan on every rank,
+counted and logged. Content is verified while it streams (sha256, byte and example
 counts against the manifest, in the same pass as parsing); a shard altered after the manifest
 was written therefore surfaces mid-epoch, and there it is always an error, never a skip, because
 a skip on one rank would desynchronise the ranks.

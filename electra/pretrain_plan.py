@@ -9,10 +9,14 @@ the key or path, not minutes later as a traceback from every rank. In order:
 2b. ``--init-from``: the checkpoint's architecture replaces the preset's (a contradicting user
    setting is an error) and its vocabulary must be the corpus's (``electra.init_from``);
 3. the corpora: manifest, tokenizer (sha256 against the manifest and, when resuming, against the
-   checkpoint), and one listing per shard folder against the manifest's names and sizes
-   (``electra.corpus``), for the train and validation splits; several corpora must share the
-   tokenizer and sequence length, and make up each epoch by ``data.weights``
-   (``electra.corpus_set``, ``electra.mixture``);
+   checkpoint); several corpora must share the tokenizer and sequence length, and make up each
+   epoch by ``data.weights`` (``electra.corpus_set``, ``electra.mixture``). The shard check, one
+   listing per shard folder shared by the train and validation splits and compared with the
+   manifest's names and sizes (``electra.corpus``), runs here on a single process; with several
+   ranks it is deferred (``RunPlan.check_shards``) and runs on rank 0 only when the runner first
+   asks, inside ``distributed.on_rank0``, which gives every rank rank 0's answer (or its error):
+   a store listed once per start, not twice per rank, and no rank left waiting in the process
+   group's start because rank 0 alone raised before it;
 4. the run's config, resolved once (``resolve_run_config``): ``data.seq_len`` and the
    vocabulary size are the corpus's (a ``data.seq_len`` given by the user is a check), the
    precision is what this machine can train in;
@@ -53,7 +57,7 @@ from electra import run_layout as layout
 from electra.batch_geometry import BatchGeometry
 from electra.config import ElectraConfig, load_config
 from electra.corpus import ShardRef
-from electra.corpus_set import CorpusSet, open_corpora
+from electra.corpus_set import CorpusSet, ShardCheck, open_corpora
 from electra.init_from import InitSource, check_vocabulary, settle
 from electra.mixture import Mixture
 from electra.pretrain_job import PretrainJob
@@ -71,20 +75,55 @@ class RunPlan:
     run_dir: Path
     cfg: ElectraConfig  # resolved: seq_len, vocabulary and precision filled in
     corpus: CorpusSet  # one corpus, or several mixed
-    train_shards: tuple[ShardRef, ...]  # every corpus's, corpus after corpus
-    validation_shards: tuple[ShardRef, ...]
-    skipped_shards: tuple[str, ...]  # missing or truncated, left out under data.skip_corrupt
     geometry: BatchGeometry
     ds_config: dict
     resume_dir: Path | None
     resume: object | None  # electra.universal_checkpoint.ResumePlan when resuming (or resuming a schedule)
-    train_mixture: Mixture | None = None  # several corpora: what each gives an epoch
     init: InitSource | None = None  # --init-from, for a run that starts (not one resuming itself)
     resume_schedule: bool = False  # load init's optimiser and schedule too (resume is its plan)
+    rank: int = 0  # the launcher's RANK: only rank 0 lists the store (module docstring, step 3)
+    # The shard check, once done (here or adopted from rank 0); a box, so the frozen plan can
+    # defer it to the first ask.
+    _checked: list = dataclasses.field(default_factory=list, repr=False, compare=False)
 
     @property
     def num_sources(self) -> int:
         return len(self.corpus.corpora)
+
+    def check_shards(self) -> ShardCheck:
+        """The shard check (one listing per shard folder), done on the first call; a one-line
+        ``ConfigError`` when nothing is left to train on."""
+        if not self._checked:
+            check = self.corpus.check(skip_corrupt=self.cfg.data.skip_corrupt)
+            if not check.train:
+                raise ConfigError(no_train_shards(self.corpus))
+            self._checked.append(check)
+        return self._checked[0]
+
+    def adopt(self, check: ShardCheck) -> None:
+        """Take rank 0's shard check (broadcast by ``distributed.on_rank0``) as this rank's."""
+        self._checked[:] = [check]
+
+    @property
+    def train_shards(self) -> tuple[ShardRef, ...]:  # every corpus's, corpus after corpus
+        return self.check_shards().train
+
+    @property
+    def validation_shards(self) -> tuple[ShardRef, ...]:
+        return self.check_shards().validation
+
+    @property
+    def train_mixture(self) -> Mixture | None:  # several corpora: what each gives an epoch
+        return self.check_shards().mixture
+
+    @property
+    def skipped_shards(self) -> tuple[str, ...]:
+        """Missing or truncated shards left out under data.skip_corrupt. Rank 0 reports them (the
+        metrics are its own); another rank that has not adopted rank 0's check gets () rather
+        than list the store for a report it does not write."""
+        if self.rank != 0 and not self._checked:
+            return ()
+        return self.check_shards().skipped
 
 
 def resolve_run_config(requested: ElectraConfig, *, corpus_seq_len: int, corpus_vocab_size: int,
@@ -210,10 +249,6 @@ def resolve(job: PretrainJob, *, world_size: int | None = None, precision: str |
     ds_config = D.deepspeed_config(cfg, world_size, resuming=resuming)  # the batch geometry, logged once, is its part
     geometry = BatchGeometry(ds_config["train_batch_size"], world_size, ds_config["train_micro_batch_size_per_gpu"],
                              ds_config["gradient_accumulation_steps"])
-    train, skipped, mixture = corpus.shards("train", skip_corrupt=cfg.data.skip_corrupt)
-    if not train:
-        raise ConfigError(no_train_shards(corpus))
-    validation, skipped_val, _ = corpus.shards("validation", skip_corrupt=cfg.data.skip_corrupt)
     resume = None
     if prior is not None:
         if prior.config_hash != config_hash(cfg):
@@ -230,8 +265,11 @@ def resolve(job: PretrainJob, *, world_size: int | None = None, precision: str |
         ds_config = ds_config_for_resume(ds_config, resume)
     elif init is not None and job.resume_schedule:
         resume, ds_config = _schedule_resume(init, cfg, ds_config, world_size)
-    return RunPlan(job, run_dir, cfg, corpus, train, validation, skipped + skipped_val, geometry, ds_config,
-                   resume_dir, resume, mixture, init, init is not None and job.resume_schedule)
+    plan = RunPlan(job, run_dir, cfg, corpus, geometry, ds_config, resume_dir, resume, init,
+                   init is not None and job.resume_schedule, rank=int(os.environ.get("RANK", "0")))
+    if world_size == 1:  # one process: the check's errors surface here, in seconds
+        plan.check_shards()
+    return plan
 
 
 def _schedule_resume(init: InitSource, cfg: ElectraConfig, ds_config: dict, world_size: int):

@@ -69,13 +69,15 @@ def main(argv: list[str] | None = None, *, hooks=None) -> int:
     try:
         runner.job = job_from_args(args)
         runner.resolve()
+        # with several ranks the shard listing (rank 0's, shared) and its errors come in prepare
+        runner.prepare()
     except user_errors() as exc:
         if args.debug:
             raise
         if os.environ.get("RANK", "0") == "0":  # every rank finds the same error: say it once
             print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
-    for phase in PHASES[PHASES.index("resolve") + 1:]:
+    for phase in PHASES[PHASES.index("prepare") + 1:]:
         getattr(runner, phase)()
     D.shutdown()
     return 0

@@ -22,9 +22,9 @@
   ITS task (recorded, named with file and line) and the others go on. Units: one per task
   in-process (its data tokenised once for all seeds), one per (task, seed) with ``workers`` > 1;
   SQuAD is one unit.
-* **run_unit** (a module function of a picklable ``UnitContext`` and ``Unit``, so worker
-  processes can run it): fine-tune, score, save each seed at once (resume: a rerun redoes only
-  what is missing).
+* **run_unit** (``evaluation.evaluation_unit``: a module function of a picklable
+  ``UnitContext`` and ``Unit``, so worker processes can run it): fine-tune, score, save each seed
+  at once (resume: a rerun redoes only what is missing).
 * **publish**: the tasks merged into ``results.json`` (a run with more tasks adds them to the
   earlier ones of the same request), ``report.html`` with references, GLUE submission files,
   then ``results.json`` last, then the checkpoint's evaluation pin is released
@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import logging
 import uuid
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -48,13 +47,14 @@ from electra import run_layout as layout
 
 from . import eval_layout, glue_submission, report
 from .evaluation_job import EvaluationJob
-from .finetune import check_task_data, finetune_glue, recipe_for_model, task_data_files
+from .evaluation_unit import Unit, UnitContext, run_unit  # noqa: F401  (run_unit: re-exported for callers)
+from .finetune import check_task_data, recipe_for_model, task_data_files
 from .glue_tasks import GlueDataError
 from .recipe import FinetuneRecipe
-from .results import TaskResult, code_version, hash_files, load_task, resume_key, save_task
+from .results import TaskResult, code_version, hash_files
 from .sources import CheckpointError, ResolvedCheckpoint, resolve_checkpoint
 from .squad_data import SquadDataError
-from .squad_finetune import check_squad_data, finetune_squad, squad_files, squad_task_name
+from .squad_finetune import check_squad_data, squad_files, squad_task_name
 
 log = logging.getLogger("evaluation.evaluate")
 # The phases in order (``drive``): ``check`` is repeated under the folder's lease; the Prefect
@@ -69,65 +69,6 @@ class EvaluationFailed(RuntimeError):
 
 class EvaluationConflict(ValueError):
     """The output folder holds the results of another request for the same checkpoint."""
-
-
-@dataclass(frozen=True)
-class UnitContext:
-    """What every unit needs, picklable for worker processes."""
-
-    model_dir: str
-    recipe: dict
-    out: str
-    checkpoint: str
-    run_id: str
-    glue_dir: str | None
-    squad_dir: str | None
-    squad_version: str
-
-
-@dataclass(frozen=True)
-class Unit:
-    task: str
-    seed: int | None = None  # None: every seed of the task (SQuAD: always one unit)
-
-    @property
-    def is_squad(self) -> bool:
-        return self.task.startswith("SQuAD")
-
-    def describe(self) -> str:
-        return self.task if self.seed is None else f"{self.task} seed {self.seed}"
-
-
-def run_unit(ctx: UnitContext, unit: Unit, slot: int = 0) -> dict[str, Any]:
-    """Fine-tune one unit; a ``TaskResult`` dict (a per-seed unit: the task with that seed)."""
-    _place(slot)
-    recipe = FinetuneRecipe.from_dict(ctx.recipe)
-    if unit.is_squad:
-        data_files = hash_files(list(squad_files(ctx.squad_dir, ctx.squad_version)))
-        key = resume_key(checkpoint=ctx.checkpoint, recipe=ctx.recipe, data_files=data_files)
-        done = load_task(ctx.out, unit.task, key=key)
-        if done is not None:  # SQuAD resumes as one unit (its seeds are not saved one by one)
-            return done.to_dict()
-        result = finetune_squad(model_dir=ctx.model_dir, squad_dir=ctx.squad_dir,
-                                version=ctx.squad_version, recipe=recipe, out_dir=ctx.out)
-        result.data_files = data_files
-        for seed in result.seeds:
-            seed.run_id = ctx.run_id
-        save_task(ctx.out, result, key=key)
-        return result.to_dict()
-    result = finetune_glue(unit.task, model_dir=ctx.model_dir, glue_dir=ctx.glue_dir,
-                           recipe=recipe, out_dir=ctx.out, checkpoint=ctx.checkpoint,
-                           run_id=ctx.run_id,
-                           only_seeds=None if unit.seed is None else [unit.seed])
-    return result.to_dict()
-
-
-def _place(slot: int) -> None:
-    """Unit ``slot``'s GPU when there are several; a no-op on CPU and on one GPU."""
-    import torch
-
-    if torch.cuda.is_available() and torch.cuda.device_count() > 1:
-        torch.cuda.set_device(slot % torch.cuda.device_count())
 
 
 class EvaluationRunner:

@@ -108,10 +108,11 @@ class S3Proxy:
         self._server: http.server.ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self.endpoint = ""
+        self.handler_class: type[http.server.BaseHTTPRequestHandler] = _Handler  # a subclass may count more
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> str:
-        handler = type("Handler", (_Handler,), {"proxy": self})
+        handler = type("Handler", (self.handler_class,), {"proxy": self})
         self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, name="s3proxy", daemon=True)

@@ -1,5 +1,5 @@
 """The shuffle of build-corpus: map tasks write partitioned files to the store, reduce tasks read
-one partition each (what Spark's sort shuffle and datatrove's bucketed files do).
+a contiguous range of partitions each (what Spark's sort shuffle and datatrove's bucketed files do).
 
 Why not Ray Data's shuffles (``benchmarks/corpus_scale.py --blocks`` runs the four side by side
 on cluster-sized block counts; the figures are in the README). Its pull-based sort shuffle (the
@@ -22,15 +22,32 @@ shuffled) / ``file_bytes``, whatever the number of blocks or partitions. A map f
 a hash of its content, so a retried task rewrites the same object; readers open only the files
 the driver collected, so an orphan of a failed attempt is never read.
 
-Reduce side. ``reduce`` runs one task per partition: it reads, from every map file, the trailer
-from its partition's record to the end (the magic there says the file is whole), then that
-byte range (``storage.read_ranges``: concurrent ranged GETs), checks it, concatenates the
-slices and hands them to the reduce function. Reads per shuffle = 2 x map files x partitions,
-both sized by the data (``raydata.partitions_for``): a shuffle's cost follows the bytes it
-moves, not the blocks that carried them. Over very large shuffles the reads grow as the square
-of the bytes (each read getting smaller, ``file_bytes`` / partitions), the shape of Spark's sort
-shuffle too; ``file_bytes`` is large so that this stays far below the per-block growth it
-replaces (the README works it out for a 25 B-token corpus).
+Reduce side. ``reduce`` runs one task per contiguous range of partitions (``reduce_tasks``): as
+many tasks as the shuffle's bytes need at ``TASK_BYTES`` each (at least ``MIN_REDUCE_TASKS``, at
+most one per partition), so their number follows the data, not the partition count. A task
+reading partitions ``[lo, hi)`` makes two ranged reads per map file whatever ``hi - lo``
+(``read_partitions``; ``storage.read_ranges``: concurrent ranged GETs): the index, i.e. the
+trailer records of its partitions and the next slice's start (12 bytes per partition + 8), then
+the byte range ``[start_lo, start_hi)``, where its slices lie one after another; it checks each
+slice, concatenates a partition's slices from every file and hands them to the reduce function
+one partition at a time. Bytes read per shuffle = the map files' bytes once (each record and
+slice read by the one task that owns it) plus 8 bytes per (map file, task boundary): never the
+trailer to its end (the earlier design read from the partition's record to the end, about
+12 x map files x P**2 / 2 bytes of trailer, more than the data at large P).
+
+How the requests grow. Per shuffle: M PUTs (M map files, about bytes / ``FILE_BYTES``), no LIST,
+and 2 x M x R GETs for R reduce tasks (about bytes / ``TASK_BYTES``). M and R both follow the
+data, so the GETs grow as the SQUARE of the bytes shuffled (10x the data: ~100x the GETs), each
+GET reading less (``FILE_BYTES`` / R). ``FILE_BYTES`` and ``TASK_BYTES`` are large to keep the
+constant small (2 / (``FILE_BYTES`` x ``TASK_BYTES``) per byte squared); a reduce task holds up to
+``TASK_BYTES`` of slices, or one partition where a partition is larger. Making it linear needs a
+step that bounds the files each reduce task reads: push-based merging (Magnet; Ray's
+push-based shuffle), where the map outputs are merged per partition range into a few files
+before the reduce side, so a reduce task reads O(1) objects (GETs ~ M x merge groups + R); or a
+fixed number of partition ranges with streaming merges of sorted runs (datatrove's MinHash
+buckets). Neither is built yet. ``benchmarks/corpus_scale.py --simulate`` counts the requests and
+bytes at the map-file, partition and task counts of given sizes.
+
 The driver holds the list of map files: O(map files), never O(blocks x partitions).
 
 Every read and write goes through ``common.storage`` (retried on transient store errors); the
@@ -49,9 +66,14 @@ so it costs no data read). The record sits next to the offsets the reader alread
 the requests are unchanged (the trailer grows by half: 12 bytes per partition instead of 8). A
 file that ends early, a trailer of another shuffle or format, bounds outside the data, a slice
 whose checksum differs: each raises ``MapFileError`` naming the file, the partition and what is
-wrong. It is a ``StorageError``, not ``StoreUnavailableError``: neither the storage layer nor the
-runner retries it (reading a damaged object again gives the same bytes); the build fails with
-that line, and running it again recomputes the shuffle from the stage's input.
+wrong. The magic (and ``P``) is at the trailer's end, which only the task owning the last
+partition reads: every shuffle's reduce has that task, so every map file's tail is checked once
+per shuffle; the other tasks rely on their records' checksums (a record of another format or
+another ``P`` fails its crc32, an empty slice's at once, a non-empty one's with its bytes), and on
+the read's length (a file cut before their records is named with its stored size). It is a
+``StorageError``, not ``StoreUnavailableError``: neither the storage layer nor the runner retries
+it (reading a damaged object again gives the same bytes); the build fails with that line, and
+running it again recomputes the shuffle from the stage's input.
 
 Why crc32 (``zlib``): the fastest checksum in this interpreter (no crc32c or xxhash wheel is a
 dependency; adler32 is slower here and weaker), several times blake2b and twice sha256, and it
@@ -70,6 +92,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import math
 import struct
 import time
 import zlib
@@ -93,6 +116,12 @@ _COVERED = struct.Struct("<qqq")  # what a slice's crc32 covers before its bytes
 FILE_BYTES = 128 << 20
 # Map tasks the driver keeps in flight before it waits for one (bounds the blocks it references).
 MAX_IN_FLIGHT = 16
+# Bytes of map-file slices one reduce task reads (its memory, with the decoded rows): the number
+# of reduce tasks follows the bytes shuffled, not the partitions.
+TASK_BYTES = 256 << 20
+# Reduce tasks of even a small shuffle (while it has that many partitions): a small shuffle still
+# spreads over a few CPUs; the same on any cluster.
+MIN_REDUCE_TASKS = 8
 
 
 @dataclass(frozen=True)
@@ -213,59 +242,96 @@ def shuffle(ds: Any, *, partitions: int, folder: str, file_bytes: int = FILE_BYT
     return Shuffled(folder=folder, partitions=partitions, files=files, stats=stats)
 
 
+def reduce_tasks(shuffled: Shuffled, task_bytes: int = TASK_BYTES) -> list[tuple[int, int]]:
+    """The reduce tasks of ``shuffled``: contiguous partition ranges ``[lo, hi)``, as many as its
+    bytes need at ``task_bytes`` each (at least ``MIN_REDUCE_TASKS``, at most one per partition)."""
+    p = shuffled.partitions
+    wanted = max(MIN_REDUCE_TASKS, math.ceil(sum(f.bytes for f in shuffled.files) / max(1, task_bytes)))
+    n = max(1, min(p, wanted))
+    return [(i * p // n, (i + 1) * p // n) for i in range(n)]
+
+
+def index_range(size: int, partitions: int, lo: int, hi: int) -> tuple[int, int]:
+    """The bytes of a ``size``-byte map file that partitions ``[lo, hi)`` need from its trailer:
+    their records and the next slice's start (the end offset for the last partition, then the
+    trailer's tail with the magic: that read reaches the end of the file)."""
+    first = size - trailer_bytes(partitions) + _RECORD.itemsize * lo
+    return first, (size if hi == partitions else first + _RECORD.itemsize * (hi - lo) + _END.size)
+
+
+def index_bounds(index: bytes, partitions: int, lo: int, hi: int, *, uri: str,
+                 size: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(starts, crcs)`` of partitions ``[lo, hi)`` from ``index`` (the bytes ``index_range``
+    names): ``hi - lo + 1`` slice bounds and ``hi - lo`` crc32s; ``MapFileError`` if they cannot
+    be trusted (a short read, another format, bounds out of the data, an empty slice's record
+    failing its checksum; a non-empty slice's checksum is checked with its bytes)."""
+    begin, end = index_range(size, partitions, lo, hi)
+    k = hi - lo
+    if len(index) != end - begin:
+        raise MapFileError(f"{uri}: partition {lo}: truncated: the map side wrote {size} bytes, the store "
+                           f"holds {storage.size(uri)}; {_RERUN}")
+    if hi == partitions:
+        try:
+            check_map_file(index, partitions)
+        except ValueError as exc:
+            raise MapFileError(f"{uri}: partition {lo}: {exc}; {_RERUN}") from exc
+    records = np.frombuffer(index, dtype=_RECORD, count=k)
+    starts = np.empty(k + 1, dtype=np.int64)
+    starts[:k] = records["start"]
+    (starts[k],) = _END.unpack_from(index, _RECORD.itemsize * k)  # the next record's start, or the end
+    crcs = records["crc"].astype(np.int64)
+    data_end = size - trailer_bytes(partitions)
+    for i in range(k):
+        p, a, b = lo + i, int(starts[i]), int(starts[i + 1])
+        if not 0 <= a <= b <= data_end:
+            raise MapFileError(f"{uri}: partition {p}: damaged trailer: slice [{a}, {b}) is not within the "
+                               f"{data_end} data bytes; {_RERUN}")
+        if a == b and slice_crc(p, a, b, b"") != crcs[i]:  # an empty slice: its checksum covers its bounds
+            raise MapFileError(f"{uri}: partition {p}: damaged trailer: the record of an empty slice at {a} "
+                               f"fails its crc32; {_RERUN}")
+    return starts, crcs
+
+
+def read_partitions(shuffled: Shuffled, lo: int, hi: int) -> list[pa.Table | None]:
+    """The rows of each partition in ``[lo, hi)`` (map files in name order, rows in map order;
+    None for an empty one), with two ranged reads per map file whatever ``hi - lo``: its index
+    records for the range, then the range's slices, which lie one after another. Raises
+    ``MapFileError`` for a map file that is short, damaged or not of this shuffle."""
+    if not 0 <= lo < hi <= shuffled.partitions:
+        raise IndexError(f"partitions [{lo}, {hi}) of a {shuffled.partitions}-partition shuffle")
+    if not shuffled.files:
+        return [None] * (hi - lo)
+    uris = [storage.join(shuffled.folder, f.name) for f in shuffled.files]
+    indexes = storage.read_ranges([(u, *index_range(f.bytes, shuffled.partitions, lo, hi))
+                                   for u, f in zip(uris, shuffled.files)])
+    bounds = [index_bounds(ix, shuffled.partitions, lo, hi, uri=u, size=f.bytes)
+              for u, f, ix in zip(uris, shuffled.files, indexes)]
+    wanted = [(u, f.bytes, s, c) for u, f, (s, c) in zip(uris, shuffled.files, bounds) if s[-1] > s[0]]
+    blobs = storage.read_ranges([(u, int(s[0]), int(s[-1])) for u, _, s, _ in wanted])
+    pieces: list[list[pa.Table]] = [[] for _ in range(hi - lo)]
+    for (uri, size, starts, crcs), blob in zip(wanted, blobs):
+        base = int(starts[0])
+        if len(blob) != int(starts[-1]) - base:  # the index was whole a moment ago: the object changed since
+            raise MapFileError(f"{uri}: partition {lo}: truncated: the map side wrote {size} bytes, the store "
+                               f"holds {storage.size(uri)}; {_RERUN}")
+        view = memoryview(blob)
+        for i in range(hi - lo):
+            a, b = int(starts[i]), int(starts[i + 1])
+            if a == b:
+                continue
+            got = slice_crc(lo + i, a, b, view[a - base:b - base])
+            if got != crcs[i]:
+                raise MapFileError(f"{uri}: partition {lo + i}: damaged: bytes [{a}, {b}) have crc32 {got:#010x}, "
+                                   f"the trailer says {int(crcs[i]):#010x}; {_RERUN}")
+            pieces[i].append(pa.ipc.open_stream(pa.py_buffer(blob)[a - base:b - base]).read_all())
+    return [None if not t else pa.concat_tables(t) if len(t) > 1 else t[0] for t in pieces]
+
+
 def read_partition(shuffled: Shuffled, p: int) -> pa.Table | None:
-    """Every row of partition ``p`` (map files in name order, rows in map order); None if empty.
-    Raises ``MapFileError`` for a map file that is short, damaged or not of this shuffle."""
+    """Every row of partition ``p`` (``read_partitions`` of one); None if empty."""
     if not 0 <= p < shuffled.partitions:
         raise IndexError(f"partition {p} of a {shuffled.partitions}-partition shuffle")
-    if not shuffled.files:
-        return None
-    uris = [storage.join(shuffled.folder, f.name) for f in shuffled.files]
-    # From the partition's record to the end of the trailer (at most 12 * P + 24 bytes): one
-    # ranged read gives its bounds, its checksum and the magic that says the file is a whole map file.
-    reads = [(u, f.bytes - trailer_bytes(shuffled.partitions) + _RECORD.itemsize * p, f.bytes)
-             for u, f in zip(uris, shuffled.files)]
-    tails = storage.read_ranges(reads)
-    bounds = [slice_bounds(tail, shuffled.partitions, p, uri=uri, size=f.bytes)
-              for (uri, _, _), f, tail in zip(reads, shuffled.files, tails)]
-    wanted = [(u, f.bytes, lo, hi, crc) for u, f, (lo, hi, crc) in zip(uris, shuffled.files, bounds) if hi > lo]
-    if not wanted:
-        return None
-    tables = []
-    blobs = storage.read_ranges([(u, lo, hi) for u, _, lo, hi, _ in wanted])
-    for (uri, size, lo, hi, crc), blob in zip(wanted, blobs):
-        if len(blob) != hi - lo:  # the trailer was whole a moment ago: the object changed since
-            raise MapFileError(f"{uri}: partition {p}: truncated: the map side wrote {size} bytes, the store "
-                               f"holds {storage.size(uri)}; {_RERUN}")
-        got = slice_crc(p, lo, hi, blob)
-        if got != crc:
-            raise MapFileError(f"{uri}: partition {p}: damaged: bytes [{lo}, {hi}) have crc32 {got:#010x}, "
-                               f"the trailer says {crc:#010x}; {_RERUN}")
-        tables.append(pa.ipc.open_stream(pa.py_buffer(blob)).read_all())
-    return pa.concat_tables(tables) if len(tables) > 1 else tables[0]
-
-
-def slice_bounds(tail: bytes, partitions: int, p: int, *, uri: str, size: int) -> tuple[int, int, int]:
-    """``(start, end, crc32)`` of partition ``p`` from ``tail``, a ``size``-byte map file's bytes
-    from ``p``'s trailer record to its end; ``MapFileError`` if they cannot be trusted."""
-    want = trailer_bytes(partitions) - _RECORD.itemsize * p
-    if len(tail) != want:
-        raise MapFileError(f"{uri}: partition {p}: truncated: the map side wrote {size} bytes, the store "
-                           f"holds {storage.size(uri)}; {_RERUN}")
-    try:
-        check_map_file(tail, partitions)
-    except ValueError as exc:
-        raise MapFileError(f"{uri}: partition {p}: {exc}; {_RERUN}") from exc
-    lo, crc = (int(v) for v in np.frombuffer(tail, dtype=_RECORD, count=1)[0].tolist())
-    (hi,) = _END.unpack_from(tail, _RECORD.itemsize)  # the next record's start, or the end offset
-    data_end = size - trailer_bytes(partitions)
-    if not 0 <= lo <= hi <= data_end:
-        raise MapFileError(f"{uri}: partition {p}: damaged trailer: slice [{lo}, {hi}) is not within the "
-                           f"{data_end} data bytes; {_RERUN}")
-    if hi == lo and slice_crc(p, lo, hi, b"") != crc:  # an empty slice: its checksum covers its bounds
-        raise MapFileError(f"{uri}: partition {p}: damaged trailer: the record of an empty slice at {lo} "
-                           f"fails its crc32; {_RERUN}")
-    return lo, hi, crc
+    return read_partitions(shuffled, p, p + 1)[0]
 
 
 def check_map_file(data: bytes, partitions: int) -> None:
@@ -282,29 +348,32 @@ def check_map_file(data: bytes, partitions: int) -> None:
 
 def _reduce_batch(batch: dict[str, np.ndarray], *, shuffled: Shuffled, fn: Callable, fn_kwargs: dict,
                   batch_format: str, with_partition: bool) -> Iterator[Any]:
-    for p in batch["part"]:
-        table = read_partition(shuffled, int(p))
-        if table is None:
-            continue
-        rows = table if batch_format == "pyarrow" else {c: table.column(c).to_numpy(zero_copy_only=False)
-                                                        for c in table.column_names}
-        out = fn(rows, partition=int(p), **fn_kwargs) if with_partition else fn(rows, **fn_kwargs)
-        if out is not None:
-            yield out
+    for lo, hi in zip(batch["lo"], batch["hi"]):
+        tables = read_partitions(shuffled, int(lo), int(hi))
+        for p, table in enumerate(tables, start=int(lo)):
+            if table is None:
+                continue
+            tables[p - int(lo)] = None  # the call's rows are the only copy left: freed once it returns
+            rows = table if batch_format == "pyarrow" else {c: table.column(c).to_numpy(zero_copy_only=False)
+                                                            for c in table.column_names}
+            del table
+            out = fn(rows, partition=p, **fn_kwargs) if with_partition else fn(rows, **fn_kwargs)
+            if out is not None:
+                yield out
 
 
 def reduce(shuffled: Shuffled, fn: Callable, *, fn_kwargs: dict | None = None,
-           batch_format: str = "numpy", with_partition: bool = False) -> Any:
+           batch_format: str = "numpy", with_partition: bool = False, task_bytes: int = TASK_BYTES) -> Any:
     """A Dataset of ``fn(rows of one partition)`` over every non-empty partition (lazy).
 
     ``fn`` gets a numpy batch (or a pyarrow table with ``batch_format="pyarrow"``) holding every
     row of its partition (and ``partition=p`` with ``with_partition``) and returns a batch (or
-    None). One Ray task per partition.
+    None). One Ray task per contiguous range of partitions (``reduce_tasks``), one call per partition.
     """
     import ray
 
-    parts = [{"part": p} for p in range(shuffled.partitions)]
-    return ray.data.from_items(parts, override_num_blocks=max(1, len(parts))).map_batches(
+    tasks = [{"lo": lo, "hi": hi} for lo, hi in reduce_tasks(shuffled, task_bytes)]
+    return ray.data.from_items(tasks, override_num_blocks=max(1, len(tasks))).map_batches(
         _reduce_batch, batch_size=1, batch_format="numpy",
         fn_kwargs={"shuffled": shuffled, "fn": fn, "fn_kwargs": fn_kwargs or {}, "batch_format": batch_format,
                    "with_partition": with_partition})
@@ -316,13 +385,14 @@ def _keyed(batch: pa.Table, *, key: str, partitions: int) -> pa.Table:
 
 
 def group_apply(ds: Any, fn: Callable, *, key: str, partitions: int, folder: str, name: str = "",
-                fn_kwargs: dict | None = None, batch_format: str = "numpy") -> tuple[Any, Shuffled]:
+                fn_kwargs: dict | None = None, batch_format: str = "numpy", file_bytes: int = FILE_BYTES,
+                task_bytes: int = TASK_BYTES) -> tuple[Any, Shuffled]:
     """Apply ``fn`` to whole hash partitions of ``ds`` by the int64 column ``key``: every row with
     a given key reaches the same call. Runs the map side now; returns the reduce side (lazy)
     and the shuffle (its files stay until ``Shuffled.remove``)."""
     keyed = ds.map_batches(_keyed, batch_format="pyarrow", fn_kwargs={"key": key, "partitions": partitions})
-    shuffled = shuffle(keyed, partitions=partitions, folder=folder, name=name)
-    return reduce(shuffled, fn, fn_kwargs=fn_kwargs, batch_format=batch_format), shuffled
+    shuffled = shuffle(keyed, partitions=partitions, folder=folder, name=name, file_bytes=file_bytes)
+    return reduce(shuffled, fn, fn_kwargs=fn_kwargs, batch_format=batch_format, task_bytes=task_bytes), shuffled
 
 
 def hash_partition(keys: np.ndarray, partitions: int) -> np.ndarray:

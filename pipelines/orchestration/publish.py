@@ -2,13 +2,15 @@
 
 Everything the manifest lists is already in place when it is written: the tokenizer in
 ``tokenizer/<key>/``, the shards in ``shards/<generation>/``, the quarantine in
-``rejected/<stage>-<key>/``, each folder named by a key and never rewritten with other content.
-Writing ``manifest.json`` (one atomic write on any store) is the commit: before it, readers see
-the previous corpus whole; after it, the new one whole.
+``rejected/<stage>-<key>/``, each folder named by a key and never rewritten with other content,
+and the list of the quarantine's parts in ``rejected-<sha>.json`` (named by its content, written
+by ``Manifest.save`` just before the manifest; ``pipelines.schema``). Writing ``manifest.json``
+(one atomic write on any store) is the commit: before it, readers see the previous corpus whole;
+after it, the new one whole.
 
-Then the folders that neither the new manifest nor the one it replaced names are deleted, so a
-reader that loaded the previous manifest a moment ago can still finish reading its files, and
-stage caches of other keys (earlier configs) go too unless ``keep_cache``. A kill during the
+Then the folders and rejected-part lists that neither the new manifest nor the one it replaced
+names are deleted, so a reader that loaded the previous manifest a moment ago can still finish
+reading its files, and stage caches of other keys (earlier configs) go too unless ``keep_cache``. A kill during the
 clean-up leaves garbage that the next publish removes, never a corpus that is missing files.
 """
 from __future__ import annotations
@@ -104,7 +106,12 @@ def collect_garbage(build: CorpusBuild, keep: list[schema.Manifest]) -> list[str
     """Delete what no manifest in ``keep`` references; returns the deleted locations."""
     folders = set().union(*(m.referenced_folders() for m in keep))
     files = {r.path for m in keep for r in m.rejected}
+    lists = {m.rejected_index.path for m in keep if m.rejected_index is not None}
     removed = []
+    for name in storage.listdir(build.out):  # rejected-part lists of superseded builds
+        if name.startswith("rejected-") and name.endswith(".json") and name not in lists:
+            storage.remove(storage.join(build.out, name))
+            removed.append(name)
     for top in (schema.TOKENIZER_DIR, schema.SHARDS_DIR, schema.REJECTED_DIR):
         for name in storage.listdir(storage.join(build.out, top)):
             rel = f"{top}/{name}"

@@ -74,7 +74,7 @@ def test_cli_surface_is_frozen():
                     "--seed", "5", "--micro-batch", "4", "--set", "optimizer.lr=1", "--set", "a.b=2",
                     "--local_rank", "0"])
     got = [getattr(a, f"train.{k}") for k in ("max_steps", "save_every", "seed", "micro_batch_size")]
-    assert (got, a.set, a.local_rank) == ([3, 2, 5, 4], ["optimizer.lr=1", "a.b=2"], 0)
+    assert (got, a.overrides, a.local_rank) == ([3, 2, 5, 4], ["optimizer.lr=1", "a.b=2"], 0)
 
 
 def test_baseline_run_layout_and_metrics(baseline):

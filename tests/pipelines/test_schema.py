@@ -1,6 +1,7 @@
 """The corpus contract: the compact shard format against independent readers, and the manifest."""
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 import json
@@ -243,14 +244,15 @@ def test_manifest_round_trip_with_every_field(tmp_path):
     assert uri == str(tmp_path / "manifest.json")
     back = schema.Manifest.load(str(tmp_path))
     assert back == m
-    assert back.format_version == schema.FORMAT_VERSION == 2
+    assert back.format_version == schema.FORMAT_VERSION == 3
     assert (back.generation, back.build_key, back.tokenizer.path) == ("g1", "bk" * 8, "tokenizer/k1")
     assert back.rejected == [schema.RejectedInfo("filter", "rejected/filter-k2/part-1.jsonl.zst", 3, 120)]
     assert [s.path for s in back.shards_for("train")] == ["shards/g1/train-000000.tar"]
     assert [s.split for s in back.shards_for("validation")] == ["validation"]
     assert schema.read_manifest_bytes(str(tmp_path)) == m.encode() == (tmp_path / "manifest.json").read_bytes()
-    assert json.loads(m.encode())["format_version"] == 2
-    assert not [p for p in tmp_path.iterdir() if p.name != "manifest.json"]  # no temp file left
+    assert json.loads(m.encode())["format_version"] == 3
+    # no temp file left; the rejected-part list beside the manifest, named by its content
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["manifest.json", m.rejected_index.path])
 
 
 def test_manifest_round_trip_on_s3(s3_server):
@@ -267,6 +269,9 @@ def test_old_manifests_and_missing_fields_are_clear_errors(tmp_path):
     (tmp_path / "manifest.json").write_text(json.dumps({"format_version": 1}))
     with pytest.raises(ValueError, match=r"manifest\.json.*format_version 1.*rebuild"):
         schema.Manifest.load(str(tmp_path))
+    (tmp_path / "manifest.json").write_text(json.dumps({"format_version": 4}))
+    with pytest.raises(ValueError, match=r"manifest\.json.*format_version 4.*rebuild"):
+        schema.Manifest.load(str(tmp_path))
     (tmp_path / "manifest.json").write_text(json.dumps({"format_version": 2}))
     with pytest.raises(ValueError, match=r"manifest\.json: malformed manifest"):
         schema.Manifest.load(str(tmp_path))
@@ -275,7 +280,7 @@ def test_old_manifests_and_missing_fields_are_clear_errors(tmp_path):
         schema.Manifest.load(str(tmp_path))
     # A manifest without the optional fields of format 2 reads with their defaults.
     d = make_manifest().to_dict()
-    for k in ("rejected", "generation", "build_key", "stats", "config"):
+    for k in ("rejected", "rejected_index", "generation", "build_key", "stats", "config"):
         d.pop(k)
     d["tokenizer"].pop("path")
     back = schema.Manifest.from_dict(d)
@@ -289,3 +294,55 @@ def test_referenced_folders_are_those_the_manifest_reads():
     m.rejected = []
     m.shards = []
     assert m.referenced_folders() == {"tokenizer/k9"}
+
+
+# ------------------------------------------------------------------------------ rejected parts apart
+def many_rejected(n: int) -> list[schema.RejectedInfo]:
+    return [schema.RejectedInfo("filter" if i % 2 else "near_dedup", f"rejected/filter-k2/part-{i:06d}.jsonl.zst",
+                                i % 7 + 1, 100 + i) for i in range(n)]
+
+
+def test_rejected_parts_live_beside_the_manifest_which_names_and_hashes_them(tmp_path):
+    m = make_manifest()
+    m.rejected = many_rejected(500)
+    m.save(str(tmp_path))
+    raw = json.loads((tmp_path / "manifest.json").read_bytes())
+    assert "rejected" not in raw
+    listed = (tmp_path / raw["rejected_index"]["path"]).read_bytes()
+    assert raw["rejected_index"] == {"path": f"rejected-{hashlib.sha256(listed).hexdigest()[:16]}.json",
+                                     "sha256": hashlib.sha256(listed).hexdigest(), "bytes": len(listed),
+                                     "parts": 500, "records": sum(i % 7 + 1 for i in range(500))}
+    assert [schema.RejectedInfo(**r) for r in json.loads(listed)["rejected"]] == m.rejected
+    # the trainer's read: the manifest only, its size independent of the quarantine's
+    parsed = schema.Manifest.parse(schema.read_manifest_bytes(str(tmp_path)), "m")
+    assert parsed.rejected == [] and parsed.rejected_index == m.rejected_index
+    few = make_manifest()
+    few.save(str(tmp_path / "few"))
+    sizes = [len((tmp_path / sub / "manifest.json").read_bytes()) for sub in (".", "few")]
+    assert abs(sizes[0] - sizes[1]) < 8
+    # the build's read: with the list, checked
+    assert schema.Manifest.load(str(tmp_path)).rejected == m.rejected
+    (tmp_path / m.rejected_index.path).write_bytes(listed.replace(b"part-000001", b"part-999991"))
+    with pytest.raises(ValueError, match=rf"{m.rejected_index.path}: sha256 differs from the manifest"):
+        schema.Manifest.load(str(tmp_path))
+    (tmp_path / m.rejected_index.path).unlink()
+    with pytest.raises(ValueError, match=rf"{m.rejected_index.path}: the rejected-part list the manifest names"):
+        schema.Manifest.load(str(tmp_path))
+
+
+def test_format_2_manifests_with_the_list_inline_still_read(tmp_path):
+    m = make_manifest()
+    d = m.to_dict()
+    d["format_version"] = 2
+    del d["rejected_index"]
+    assert d["rejected"] == [dataclasses.asdict(r) for r in m.rejected]  # the in-memory form has them
+    (tmp_path / "manifest.json").write_text(json.dumps(d))
+    for back in (schema.Manifest.load(str(tmp_path)),
+                 schema.Manifest.parse((tmp_path / "manifest.json").read_bytes(), "m")):
+        assert back.format_version == 2 and back.rejected == m.rejected and back.rejected_index is None
+        assert back.referenced_folders() == m.referenced_folders()
+    # saved again, it is written in the current format, the list apart
+    back = schema.Manifest.load(str(tmp_path))
+    back.save(str(tmp_path))
+    assert "rejected" not in json.loads((tmp_path / "manifest.json").read_bytes())
+    assert schema.Manifest.load(str(tmp_path)).rejected == m.rejected

@@ -95,17 +95,27 @@ def test_an_intact_map_file_reads_back_every_partition(tmp_path):
 
 @pytest.mark.parametrize("keep", ["most_of_the_trailer", "half_the_data", "nothing"])
 def test_a_truncated_map_file_is_named_with_its_size(tmp_path, keep):
-    shuffled, data, _ = _one_file(tmp_path)
+    shuffled, data, part = _one_file(tmp_path)
     cut = {"most_of_the_trailer": len(data) - 5, "half_the_data": len(data) // 2, "nothing": 0}[keep]
     (tmp_path / "map-a.arrows").write_bytes(data[:cut])
     uri = storage.join(str(tmp_path), "map-a.arrows")
-    for p in range(4):  # any partition's reader finds it, never a bare struct.error
+    # A reader of the last partition reads the trailer's tail (where the magic says the file is
+    # whole): every shuffle's reduce has one, so a cut file is always named. A reader of earlier
+    # partitions reads only their records and slices: when those are all there (a cut in the
+    # tail), it gets its rows, each slice checked against its crc32; when not, it names the file.
+    for p in range(4):
+        if keep == "most_of_the_trailer" and p < 3:
+            want = (_BASE + np.flatnonzero(part == p)).tolist()
+            assert _keys(shuffled, p) == (want or None)
+            continue
         with pytest.raises(sh.MapFileError) as err:
             sh.read_partition(shuffled, p)
         assert str(err.value) == (f"{uri}: partition {p}: truncated: the map side wrote {len(data)} bytes, "
                                   f"the store holds {cut}; run the build again (the stage recomputes its "
                                   "shuffle from its input)")
         assert _is_a_data_error(err.value)
+    with pytest.raises(sh.MapFileError, match=r"partition 0: truncated"):  # a range ending at the last one
+        sh.read_partitions(shuffled, 0, 4)
 
 
 def test_a_flipped_byte_in_a_slice_fails_its_checksum(tmp_path):
@@ -156,9 +166,67 @@ def test_a_map_file_of_the_unchecked_format_is_refused(tmp_path):
     old = b"\0" * (sh.trailer_bytes(4) - len(old)) + old  # as long as a new trailer: the magic decides
     (tmp_path / "map-old.arrows").write_bytes(old)
     shuffled = sh.Shuffled(str(tmp_path), 4, (sh.MapFile("map-old.arrows", len(old), 0),))
-    with pytest.raises(sh.MapFileError, match=r"map-old\.arrows: partition 0: not a 4-partition shuffle map "
+    with pytest.raises(sh.MapFileError, match=r"map-old\.arrows: partition 3: not a 4-partition shuffle map "
                                               r"file of this format \(partitions 4, magic 0x454c454353485546"):
+        sh.read_partition(shuffled, 3)
+    # A reader of earlier partitions does not read the magic; their records fail their checksums.
+    with pytest.raises(sh.MapFileError, match=r"map-old\.arrows: partition 0: damaged trailer"):
         sh.read_partition(shuffled, 0)
+
+
+def test_reduce_tasks_own_contiguous_ranges_sized_by_bytes():
+    def tasks(partitions: int, total: int, task_bytes: int) -> list[tuple[int, int]]:
+        files = (sh.MapFile("a", total // 2, 1), sh.MapFile("b", total - total // 2, 1))
+        return sh.reduce_tasks(sh.Shuffled("f", partitions, files), task_bytes)
+
+    for partitions, total, task_bytes, count in [(4096, 100 << 30, 256 << 20, 400), (4096, 1 << 20, 256 << 20, 8),
+                                                 (3, 1 << 30, 1 << 20, 3), (1000, 10_000, 1000, 10)]:
+        got = tasks(partitions, total, task_bytes)
+        assert len(got) == count
+        assert got[0][0] == 0 and got[-1][1] == partitions  # every partition once, in order
+        assert all(a[1] == b[0] for a, b in zip(got, got[1:])) and all(lo < hi for lo, hi in got)
+        sizes = [hi - lo for lo, hi in got]
+        assert max(sizes) - min(sizes) <= 1
+
+
+def test_a_range_of_partitions_costs_two_reads_per_map_file_and_only_its_bytes(tmp_path, monkeypatch):
+    partitions, rng = 12, np.random.default_rng(7)
+    files, parts = [], []
+    for i in range(3):
+        part = rng.integers(0, partitions, 500)
+        part[part == 5] = 6  # partition 5 is empty everywhere
+        parts.append(part)
+        table = pa.table({"k": np.arange(500, dtype=np.int64) + 1000 * i, sh.PART: part})
+        data = sh.encode_map_file(table, partitions)
+        storage.write_bytes(storage.join(str(tmp_path), f"map-{i}.arrows"), data)
+        files.append(sh.MapFile(f"map-{i}.arrows", len(data), 500))
+    shuffled = sh.Shuffled(str(tmp_path), partitions, tuple(files))
+    written = sum(f.bytes for f in files)
+    calls: list[list[tuple[str, int, int]]] = []
+    real = storage.read_ranges
+
+    def counted(requests):
+        calls.append(list(requests))
+        return real(requests)
+
+    monkeypatch.setattr(storage, "read_ranges", counted)
+    read = 0
+    for lo, hi in [(0, 4), (4, 9), (9, 12)]:
+        calls.clear()
+        got = sh.read_partitions(shuffled, lo, hi)
+        for p, table in zip(range(lo, hi), got):
+            want = [1000 * i + j for i, part in enumerate(parts) for j in np.flatnonzero(part == p).tolist()]
+            assert (table.column("k").to_pylist() if table is not None else []) == want
+        index, slices = calls
+        assert len(index) == len(slices) == 3  # one index read and one data read per map file
+        for (_, a, b), f in zip(index, files):  # the range's records, not the trailer to its end
+            assert b - a == (12 * (hi - lo) + 8 if hi < partitions else 12 * (hi - lo) + 24)
+            assert b == f.bytes or b < f.bytes - 24
+        read += sum(b - a for _, a, b in index + slices)
+    data_bytes = sum(f.bytes - sh.trailer_bytes(partitions) for f in files)
+    # every slice once; per map file each record once, the tail once, and the next range's first
+    # start again at each of the 2 boundaries between ranges (8 bytes each)
+    assert read == data_bytes + 3 * (12 * partitions + 8 * 2 + 24) == written + 3 * 8 * 2
 
 
 def _keyed(batch: dict, *, partitions: int) -> dict:
@@ -189,10 +257,27 @@ def test_every_key_reaches_exactly_one_reduce_call(ray_local, tmp_path, blocks, 
     # A map file whose trailer is not a whole map file's (same size, other bytes) is refused by name.
     bad = tmp_path / "s" / shuffled.files[0].name
     bad.write_bytes(b"\0" * bad.stat().st_size)
-    with pytest.raises(sh.MapFileError, match=rf"{shuffled.files[0].name}: partition 0: not a {parts}-partition"):
+    with pytest.raises(sh.MapFileError, match=rf"{shuffled.files[0].name}: partition {parts - 1}: not a "
+                                              rf"{parts}-partition"):
+        sh.read_partition(shuffled, parts - 1)
+    with pytest.raises(sh.MapFileError, match=rf"{shuffled.files[0].name}: partition 0: damaged trailer"):
         sh.read_partition(shuffled, 0)
     shuffled.remove()
     assert not (tmp_path / "s").exists()
+
+
+@pytest.mark.parametrize("task_bytes", [1, 1 << 40])  # a task per partition; the minimum of 8 tasks
+def test_reduce_tasks_over_partition_ranges_give_every_partition_once(ray_local, tmp_path, task_bytes):
+    n, parts = 5_000, 40
+    ds = ray_local.data.range(n, override_num_blocks=4).map_batches(
+        _keyed, batch_format="numpy", fn_kwargs={"partitions": parts})
+    shuffled = sh.shuffle(ds, partitions=parts, folder=str(tmp_path / "s"), file_bytes=8 << 10)
+    assert len(shuffled.files) > 1
+    assert len(sh.reduce_tasks(shuffled, task_bytes)) == (parts if task_bytes == 1 else sh.MIN_REDUCE_TASKS)
+    out = sh.reduce(shuffled, _groups, with_partition=True, task_bytes=task_bytes).take_all()
+    counts = collections.Counter((np.arange(n) * 7919 % 10_007).tolist())
+    assert {r["k"]: r["n"] for r in out} == counts and len(out) == len(counts)
+    assert all(int(sh.hash_partition(np.array([r["k"]]), parts)[0]) == r["part"] for r in out)
 
 
 def test_reduce_of_an_empty_shuffle(ray_local, tmp_path):

@@ -176,6 +176,9 @@ def test_interrupted_publish_keeps_the_previous_corpus_readable(raw, tmp_path, r
     c = build(raw, out, with_(CFG, pack__seq_len=40)).run()
     kept = set(storage.listdir(str(out / schema.SHARDS_DIR)))
     assert kept == {b.generation, c.generation}
+    # the rejected-part lists beside the manifest: those the kept manifests name
+    assert c.rejected and {p.name for p in out.glob("rejected-*.json")} == {b.rejected_index.path,
+                                                                           c.rejected_index.path}
     assert not (out / a.tokenizer.path).exists() or a.tokenizer.path in {b.tokenizer.path, c.tokenizer.path}
     # Stage caches of earlier configs are gone too: only the current keys remain in .work.
     assert len(storage.listdir(str(out / schema.WORK_DIR))) == len(ORDER)
