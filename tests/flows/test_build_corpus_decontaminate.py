@@ -92,10 +92,12 @@ def _write_inputs(root: Path) -> dict[str, Any]:
 
 
 def _quarantine(out: Path, manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    # the rejected-part list beside the manifest this build wrote (format 3: not in manifest.json)
+    parsed = schema.Manifest.parse(json.dumps(manifest).encode(), "manifest")
     records = []
-    for r in manifest["rejected"]:
-        blob = zstandard.ZstdDecompressor().stream_reader(io.BytesIO((out / r["path"]).read_bytes())).read()
-        records += [{**json.loads(line), "stage": r["stage"]} for line in blob.decode().splitlines()]
+    for r in schema.read_rejected(str(out), parsed):
+        blob = zstandard.ZstdDecompressor().stream_reader(io.BytesIO((out / r.path).read_bytes())).read()
+        records += [{**json.loads(line), "stage": r.stage} for line in blob.decode().splitlines()]
     return records
 
 

@@ -292,7 +292,7 @@ def test_overlapping_scans_evaluate_a_checkpoint_once(tiny, prefect_harness, mon
     direct evaluate of the same checkpoint leave it alone; A then finishes it, once."""
     import threading
 
-    import evaluation.evaluation_runner as er
+    import evaluation.evaluation_unit as er  # where a unit calls the fine-tuning
     import flows.evaluate as ev
     from flows.evaluate_new_checkpoints import evaluate_new_checkpoints
 
