@@ -36,12 +36,12 @@ TRAINED_TOKENIZERS = typing.get_args(typing.get_type_hints(TokenizerConfig)["kin
 # Named flags and the config keys they set; a flag the user did not pass sets nothing.
 CONFIG_FLAGS = (
     cli.KeyFlag("profile", ("profile",),
-                help="input profile (README 'Input profiles'): what a document is in the input and which filters "
-                     "run (default: the config's, else the first choice)"),
+                help="input profile (README 'build-corpus', the --profile table): what a document is in "
+                     "the input and which filters run (default: the config's, else the first choice)"),
     cli.KeyFlag("language", ("language",), metavar="CODE",
                 help="keep documents in this language (ISO 639-1, repeatable; config 'language'): each is "
-                     "filtered with its own word splitter and thresholds (README 'Other languages'); default: "
-                     "filter.language.languages (English)"),
+                     "filtered with its own word splitter and thresholds (README 'Other languages'); "
+                     "default: filter.language.languages (English)"),
     cli.KeyFlag("tokenizer", ("tokenizer.pretrained", "tokenizer.kind"),
                 route=lambda v: "tokenizer.kind" if v in TRAINED_TOKENIZERS else "tokenizer.pretrained",
                 help="wordpiece | unigram (train one) | location of an existing tokenizer: a tokenizer.json, a "

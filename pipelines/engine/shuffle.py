@@ -2,7 +2,7 @@
 a contiguous range of partitions each (what Spark's sort shuffle and datatrove's bucketed files do).
 
 Why not Ray Data's shuffles (``benchmarks/corpus_scale.py --blocks`` runs the four side by side
-on cluster-sized block counts; the figures are in the README). Its pull-based sort shuffle (the
+on cluster-sized block counts; the figures are in docs/build-corpus.md). Its pull-based sort shuffle (the
 previous engine) makes one reducer per input block: M blocks create M x M objects owned by the
 driver, quadratic in time and in the driver's memory. Its hash shuffle takes ``num_partitions``
 but starts a pool of aggregator actors for every shuffle and feeds them one actor call per
@@ -82,7 +82,7 @@ GCS rely on. It is computed once per slice on each side, over bytes already in m
 task in one pass over its finished buffer): measured on 128 MiB map files of key rows and of
 text, it costs a map task less than a quarter of what naming the file by its blake2b already
 costs, a small fraction of the encoding, and a reduce task a few per cent of the time the same
-bytes take to arrive from an object store (the figures are in the README). The magic is
+bytes take to arrive from an object store (the figures are in docs/build-corpus.md). The magic is
 versioned ("ELECSHV2"): a map file of the unchecked format is refused by name, never misread
 (map files never outlive their stage attempt: the runner empties the stage's folder before each
 attempt, and the stages' outputs do not depend on the map files' names or order, so cached
