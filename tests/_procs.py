@@ -16,12 +16,15 @@ from typing import NamedTuple
 
 class Finished(NamedTuple):
     returncode: int
-    output: str
+    output: str  # stdout, with stderr unless ``separate_stderr``
+    stderr: str = ""  # with ``separate_stderr`` only
 
 
-def run_in_group(cmd: list[str], *, cwd: str, env: dict[str, str], timeout: float = 600) -> Finished:
-    with tempfile.TemporaryFile("w+") as log:
-        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT,
+def run_in_group(cmd: list[str], *, cwd: str, env: dict[str, str], timeout: float = 600,
+                 separate_stderr: bool = False) -> Finished:
+    with tempfile.TemporaryFile("w+") as log, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=log,
+                                stderr=err if separate_stderr else subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
         try:
             code = proc.wait(timeout=timeout)
@@ -32,7 +35,8 @@ def run_in_group(cmd: list[str], *, cwd: str, env: dict[str, str], timeout: floa
                 pass
             proc.wait()
         log.seek(0)
-        return Finished(code, log.read())
+        err.seek(0)
+        return Finished(code, log.read(), err.read())
 
 
 def kill_mentioning(text: str) -> None:

@@ -7,10 +7,7 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +19,7 @@ from pipelines.config import PackConfig
 from pipelines.ingest import resolve_sources
 from pipelines.pack import is_validation
 from synthetic.prose import documents
+from tests._procs import run_in_group
 
 ROOT = Path(__file__).resolve().parents[3]
 pytestmark = pytest.mark.slow
@@ -31,20 +29,9 @@ def build_corpus(*args: str, timeout: float = 600) -> tuple[int, str, str]:
     """(exit status, stdout, stderr) of the CLI; its process group (Prefect server, Ray) killed after."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("PREFECT_API_URL", None)
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "cli.build_corpus", *args], cwd=str(ROOT), env=env,
-                                stdout=out, stderr=err, stdin=subprocess.DEVNULL, start_new_session=True)
-        try:
-            code = proc.wait(timeout=timeout)
-        finally:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.wait()
-        out.seek(0)
-        err.seek(0)
-        return code, out.read(), err.read()
+    done = run_in_group([sys.executable, "-m", "cli.build_corpus", *args], cwd=str(ROOT), env=env,
+                        timeout=timeout, separate_stderr=True)
+    return done.returncode, done.output, done.stderr
 
 
 def quarantined(out: Path, stage: str) -> list[dict]:
