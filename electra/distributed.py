@@ -255,6 +255,27 @@ def barrier() -> None:
         dist.barrier()
 
 
+def barrier_within(seconds: float) -> Callable[[], None]:
+    """A barrier that waits up to ``seconds`` (the default process group's collectives give up
+    after DeepSpeed's timeout, 10 minutes unless ``DEEPSPEED_TIMEOUT`` says otherwise), for a wait
+    whose length is known from its work (rank 0 converting a checkpoint). Every rank calls this
+    (creating the group is collective), then the returned function, once. The group is gloo, on
+    the CPU, so a long wait holds no GPU collective."""
+    import datetime
+
+    if not (dist.is_initialized() and dist.get_world_size() > 1):
+        return lambda: None
+    group = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=max(1.0, seconds)))
+
+    def wait() -> None:
+        try:
+            dist.barrier(group=group)
+        finally:
+            dist.destroy_process_group(group)
+
+    return wait
+
+
 def all_reduce_sum(t: torch.Tensor) -> torch.Tensor:
     if dist.is_initialized() and dist.get_world_size() > 1:
         dist.all_reduce(t, op=dist.ReduceOp.SUM)

@@ -113,7 +113,7 @@ class PretrainRunner:
         from electra import checkpoint as ckpt
         from electra.data import DataPosition
         from electra.optim import build_optimizer, build_scheduler
-        from electra.universal_checkpoint import prepare_universal
+        from electra.universal_checkpoint import conversion_timeout, prepare_universal
 
         plan, rank0 = self.plan, self.dist.rank == 0
         objective = build_objective(plan)
@@ -126,7 +126,9 @@ class PretrainRunner:
         if plan.resume is not None:  # rank 0 converts to the universal layout when the world size changed
             if rank0:
                 log.info("resume: %s", plan.resume.message)
-            prepare_universal(plan.resume, rank=self.dist.rank, barrier=D.barrier)
+            wait = (D.barrier_within(conversion_timeout(plan.resume.step_dir)) if plan.resume.universal
+                    else D.barrier)  # rank 0 may convert for longer than a collective's timeout
+            prepare_universal(plan.resume, rank=self.dist.rank, barrier=wait)
         engine = D.build_engine(objective, optimizer, build_scheduler(optimizer, plan.cfg.optimizer), plan.ds_config)
         seed_everything(plan.cfg.train.seed + 1000 * (self.dist.rank + 1))  # distinct masks per rank
         start = StartState()

@@ -82,12 +82,15 @@ it what a resume fixes, so that a batch the new world size cannot split is met w
 ``plan_resume`` accepts).
 
 Conversion needs the checkpoint on a filesystem every rank sees (the run directory is local or
-shared, ``electra.trainer.run_dir``), and the other ranks wait for rank 0 at a barrier, within
-DeepSpeed's collective timeout (10 minutes, env ``DEEPSPEED_TIMEOUT`` in minutes). The conversion
-reads the whole optimiser state and writes it twice (fragments, then merged; about 4 GB each for
-Large's 335M parameters: fp32 masters and two moments); where that may not fit in the timeout,
-convert offline before starting the run: ``python -m electra.universal_checkpoint STEP_DIR``
-(the run then finds it complete and reuses it).
+shared, ``electra.trainer.run_dir``), and the other ranks wait for rank 0 at a barrier whose
+timeout is sized to the conversion (``conversion_timeout``: the optimiser-state bytes at a low
+rate plus a margin; a gloo group of its own, ``electra.distributed.barrier_within``), not
+DeepSpeed's fixed collective timeout (10 minutes). The conversion reads the whole optimiser
+state and writes it twice (fragments, then merged; about 4 GB each for Large's 335M parameters:
+fp32 masters and two moments), on rank 0 alone: splitting it across ranks would mean driving
+DeepSpeed's converter by its private functions. To have it done before the run starts, convert
+offline: ``python -m electra.universal_checkpoint STEP_DIR`` (the run then finds it complete and
+reuses it).
 """
 from __future__ import annotations
 
@@ -109,7 +112,8 @@ from electra.batch_geometry import Resuming
 log = logging.getLogger(__name__)
 
 __all__ = ["ResumePlan", "ResumeRefused", "SavedLayout", "convert", "ds_config_for_resume", "plan_resume",
-           "prepare_universal", "prune_orphans", "resume_split", "saved_layout", "universal_dir"]
+           "conversion_timeout", "prepare_universal", "prune_orphans", "resume_split", "saved_layout",
+           "universal_dir"]
 
 SUFFIX = ".universal"
 CONVERT_COMMAND = "python -m electra.universal_checkpoint"
@@ -298,6 +302,20 @@ def _fsync_dir(folder: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+# The conversion's rate, taken low: it reads the optimiser state once and writes it twice
+# (fragments, then merged files), on whatever filesystem holds the run; plus a fixed margin.
+CONVERSION_BYTES_PER_SECOND = 20 << 20
+CONVERSION_MARGIN_SECONDS = 600.0
+
+
+def conversion_timeout(step_dir: str | Path) -> float:
+    """Seconds the other ranks wait for rank 0's conversion of ``step_dir``: its optimiser-state
+    bytes at ``CONVERSION_BYTES_PER_SECOND``, plus ``CONVERSION_MARGIN_SECONDS`` (so a Large
+    checkpoint's ~4 GB gets ~13 minutes, where DeepSpeed's collective timeout gives any size 10)."""
+    states = sum(f.stat().st_size for f in Path(step_dir).glob("*optim_states.pt"))
+    return CONVERSION_MARGIN_SECONDS + states / CONVERSION_BYTES_PER_SECOND
 
 
 def prepare_universal(plan: ResumePlan, *, rank: int, barrier: Callable[[], None]) -> Path:

@@ -222,6 +222,38 @@ class ShardConfig:
 
 
 @dataclass
+class ShuffleConfig:
+    """Sizes of the storage shuffles (the dedups and the shard shuffle; pipelines/engine/shuffle.py).
+    They change a build's requests, memory and speed, never its outputs, so no stage's cache key
+    covers them."""
+    map_file_mb: float = 128  # rows per map file: a map task sorts about 3x this in memory
+    partition_mb: float = 64  # rows per partition: one reduce call holds one partition
+    reduce_tasks: int = 0  # reduce tasks per shuffle; 0: two per CPU of the cluster (at least 8)
+    task_memory_mb: float = 256  # slices a reduce task buffers before it spills sorted runs to local disk
+
+    def validate(self) -> None:
+        check(self.map_file_mb > 0 and self.partition_mb > 0 and self.task_memory_mb > 0,
+              "map_file_mb, partition_mb and task_memory_mb must be > 0")
+        check(self.reduce_tasks >= 0, "reduce_tasks must be >= 0 (0: two per CPU of the cluster)")
+
+    @property
+    def file_bytes(self) -> int:
+        return max(1, int(self.map_file_mb * (1 << 20)))
+
+    @property
+    def partition_bytes(self) -> int:
+        return max(1, int(self.partition_mb * (1 << 20)))
+
+    @property
+    def memory_bytes(self) -> int:
+        return max(1, int(self.task_memory_mb * (1 << 20)))
+
+    def options(self) -> dict[str, Any]:
+        """Keyword arguments of ``shuffle.group_apply`` (and ``shuffle``/``reduce``) for these sizes."""
+        return {"file_bytes": self.file_bytes, "ranges": self.reduce_tasks or None, "memory_bytes": self.memory_bytes}
+
+
+@dataclass
 class RejectedConfig:
     # Quarantined documents keep id, reason, detail and this many characters of text; the full
     # text only when asked for (it can be as large as the corpus itself).
@@ -244,6 +276,7 @@ class CorpusConfig:
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
     pack: PackConfig = field(default_factory=PackConfig)
     shard: ShardConfig = field(default_factory=ShardConfig)
+    shuffle: ShuffleConfig = field(default_factory=ShuffleConfig)
     rejected: RejectedConfig = field(default_factory=RejectedConfig)
 
     def to_dict(self) -> dict[str, Any]:

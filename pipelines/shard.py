@@ -32,7 +32,7 @@ import pyarrow as pa
 from common import storage
 from common.hashing import hash64, sha256_bytes
 from pipelines import schema
-from pipelines.config import ShardConfig
+from pipelines.config import ShardConfig, ShuffleConfig
 from pipelines.engine.shuffle import PART, reduce, shuffle
 
 _ASSIGN_SALT = 0x5A4D_0F_5AD5
@@ -108,7 +108,8 @@ def _write_group(table: pa.Table, *, partition: int, folder: str, generation: st
 
 
 def write_shards(examples: Any, corpus: str, cfg: ShardConfig, *, generation: str, vocab_size: int,
-                 sizes: dict[str, tuple[int, int]], work: str) -> tuple[list[schema.ShardInfo], dict[str, Any]]:
+                 sizes: dict[str, tuple[int, int]], work: str,
+                 shuffle_cfg: ShuffleConfig | None = None) -> tuple[list[schema.ShardInfo], dict[str, Any]]:
     """Write the example rows of ``examples`` (a Ray Dataset with ``uid``, ``ordinal``,
     ``split``, ``input_ids``, ``b_start``) as shards of ``corpus``.
 
@@ -122,12 +123,14 @@ def write_shards(examples: Any, corpus: str, cfg: ShardConfig, *, generation: st
     counts = {s: shard_count(n, estimated_bytes(n, t, vocab_size), cfg)
               for s, (n, t) in ((s, sizes.get(s, (0, 0))) for s in schema.SPLITS)}
     written, stats = [], {}
+    opts = (shuffle_cfg or ShuffleConfig()).options()
     if sum(counts.values()):
         keyed = (examples.select_columns(["uid", "ordinal", "split", "input_ids", "b_start"])
                  .map_batches(_assign, fn_kwargs={"counts": counts}, batch_format="pyarrow"))
         shuffled = shuffle(keyed, partitions=sum(counts.values()), folder=storage.join(work, "shards"),
-                           name="shard_examples")
+                           name="shard_examples", file_bytes=opts["file_bytes"], ranges=opts["ranges"])
         written = reduce(shuffled, _write_group, batch_format="pyarrow", with_partition=True,
+                         memory_bytes=opts["memory_bytes"],
                          fn_kwargs={"folder": corpus, "generation": generation, "vocab_size": vocab_size,
                                     "chunk_tokens": cfg.chunk_tokens, "counts": counts}).take_all()
         shuffled.remove()

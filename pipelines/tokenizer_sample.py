@@ -30,6 +30,7 @@ from pipelines.engine.parts import Parts, part_name, run_writers, summary_row, w
 
 _SLACK = 1.1  # over-sample by 10%, then trim by hash order to the exact byte bound
 MAX_THREADS = 8  # the trainer's parallel parts stop paying off beyond a few threads
+READ_BATCH = 256  # sample parts fetched concurrently by the training task
 
 
 def _select_block(table: pa.Table, *, seed: int, threshold: float, folder: str) -> dict[str, np.ndarray]:
@@ -58,9 +59,16 @@ def write_sample(parts: Parts, *, max_bytes: int, seed: int, total_bytes: int, f
 def chosen_texts(sample: Parts, max_bytes: int) -> list[str]:
     """The sample's texts: in hash order up to ``max_bytes`` (a smaller document further on may
     still fit), then sorted by uid. Runs where it is called: in the training task."""
-    from pipelines.engine.parts import read_task
+    import pyarrow.parquet as pq
 
-    tables = [read_task(sample.folder, t) for t in sample.tasks()]
+    # Every part whole, READ_BATCH at a time as concurrent GETs (one part per read task of the
+    # sample: tens of thousands at a terabyte, which one by one would take minutes of round trips).
+    files = list(sample.files)
+    tables = []
+    for first in range(0, len(files), READ_BATCH):
+        batch = files[first:first + READ_BATCH]
+        blobs = storage.read_ranges([(storage.join(sample.folder, f["name"]), 0, int(f["bytes"])) for f in batch])
+        tables += [pq.read_table(pa.BufferReader(b)) for b in blobs]
     if not tables:
         return []
     table = pa.concat_tables(tables)

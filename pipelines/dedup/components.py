@@ -34,6 +34,7 @@ import numpy as np
 import ray
 
 from common import storage
+from pipelines.config import ShuffleConfig
 from pipelines.engine.raydata import partitions_for
 from pipelines.engine.shuffle import group_apply
 
@@ -148,7 +149,8 @@ def _without_markers(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return {c: batch[c][keep] for c in ("u", "v", "fu", "fv")}
 
 
-def connected_components(edges: ray.data.Dataset, *, max_iterations: int, work: str) -> Components:
+def connected_components(edges: ray.data.Dataset, *, max_iterations: int, work: str,
+                         shuffle: ShuffleConfig | None = None) -> Components:
     """Components of the undirected graph given by int64 columns ``u``, ``v`` (uids >= 0) with
     node attributes ``fu``, ``fv``.
 
@@ -158,15 +160,17 @@ def connected_components(edges: ray.data.Dataset, *, max_iterations: int, work: 
     shuffles both directions of every edge, 32 bytes per row), not the cluster's CPUs; each
     round's shuffle files go under ``work`` and are deleted once the next round has read them.
     """
+    shuffle = shuffle or ShuffleConfig()
     current = edges.materialize()
     num_edges = current.count()
     if num_edges == 0:  # nothing to shuffle
         return Components(edges=current, iterations=0, clusters=0, members=0)
-    parts = partitions_for(num_edges * 2 * 32)
+    parts = partitions_for(num_edges * 2 * 32, partition_bytes=shuffle.partition_bytes)
     shuffles: list[dict] = []
 
     def grouped(ds: ray.data.Dataset, fn, name: str) -> ray.data.Dataset:
-        out, sh = group_apply(ds, fn, key="x", partitions=parts, folder=storage.join(work, name), name=name)
+        out, sh = group_apply(ds, fn, key="x", partitions=parts, folder=storage.join(work, name), name=name,
+                              **shuffle.options())
         out = out.materialize()  # small (edges only); the round's shuffle files can go
         sh.remove()
         shuffles.append(sh.stats)

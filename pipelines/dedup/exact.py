@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from common import storage
+from pipelines.config import ShuffleConfig
 from pipelines.dedup import rows as doc_rows
 from pipelines.dedup.marks import build_marks, mark_parts
 from pipelines.engine.parts import Parts
@@ -52,16 +53,19 @@ def exact_marks(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return {"u": uid[order[dup]], "v": uid[order[first[dup]]], "file": file[order[dup]]}
 
 
-def exact_dedup(parts: Parts, *, work: str) -> tuple[Any, dict[str, Any]]:
+def exact_dedup(parts: Parts, *, work: str, shuffle: ShuffleConfig | None = None) -> tuple[Any, dict[str, Any]]:
     """Mark exact duplicates (same normalised text) ``dedup:exact``; keep the smallest uid.
 
     Runs the key shuffle and the marks shuffle now (their files under ``work``) and returns the
     marking pass lazily, with its statistics. The caller deletes ``work`` once it has run.
     """
+    shuffle = shuffle or ShuffleConfig()
     keys = parts.read(with_file=True).map_batches(digest_rows, batch_format="numpy")
-    pairs, sh = group_apply(keys, exact_marks, key="h0", partitions=partitions_for(parts.rows * _ROW_BYTES),
-                            folder=storage.join(work, "digests"), name="exact_digests")
-    marks = build_marks(pairs, num_files=len(parts.files), folder=storage.join(work, "marks"), name="exact_marks")
+    pairs, sh = group_apply(keys, exact_marks, key="h0", partitions=partitions_for(
+        parts.rows * _ROW_BYTES, partition_bytes=shuffle.partition_bytes), folder=storage.join(work, "digests"),
+        name="exact_digests", **shuffle.options())
+    marks = build_marks(pairs, num_files=len(parts.files), folder=storage.join(work, "marks"), name="exact_marks",
+                        **shuffle.options())
     sh.remove()
     stats = {"exact_duplicates": marks.count, "shuffles": [sh.stats, marks.stats]}
     return mark_parts(parts, marks, EXACT), stats

@@ -4,36 +4,48 @@ Dedup finds its removals as pairs ``(u, v, file)``: the removed document's uid, 
 it duplicates, and ``file``, the index of the input part that holds ``u`` (every key row carries
 the ``_file`` of the task that read its document, ``parts.Parts.read(with_file=True)``). The
 pairs go through one more storage shuffle whose partition is that index, so partition ``f``
-holds exactly the marks of part ``f``. The marking pass reads the parts again with the same read
-tasks; each task reads its part's partition (two small ranged reads per map file of the marks
-shuffle), sorts it by uid and marks its rows with a binary search. Text never moves, the driver
-never sees a mark (it holds the shuffle's file list), and a task's memory is its own part's marks.
+holds exactly the marks of part ``f``; its reduce tasks (a fixed number, like every shuffle's)
+write each non-empty partition as one small object, ``by-part/part-<f>.arrow``, and return its
+part number, row count and crc32. The marking pass reads the parts again with the same read
+tasks; a task whose part has marks reads that one object (one GET), checks its crc32, sorts it
+by uid and marks its rows with a binary search. Text never moves, the driver holds one
+``(part, rows, crc32)`` triple per part with marks (never a mark), and a task's memory is its own
+part's marks.
 
-The previous design gathered every pair on the driver (16 bytes per removed document, ~4 copies
-while sorting: 0.3-1 GB at 5-15 M duplicates) and broadcast the whole table to every task.
+Requests: the shuffle's ``M`` PUTs and ``2 M R`` GETs (``R`` fixed by the cluster), then one PUT
+and one GET per part with marks: linear in the data. The previous design read each part's
+partition straight from the map files, two ranged GETs per (map file, part): their product.
+The one before gathered every pair on the driver and broadcast the whole table to every task.
 """
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
+from common import storage
 from pipelines.engine.parts import Parts
-from pipelines.engine.shuffle import PART, Shuffled, read_partition, shuffle
+from pipelines.engine.shuffle import FILE_BYTES, PART, TASK_MEMORY_BYTES, MapFileError, reduce, shuffle
 
 
 @dataclass(frozen=True)
 class Marks:
-    """Removed documents per input part: a shuffle partitioned by part index (None: none)."""
-    shuffled: Shuffled | None
+    """Removed documents per input part: one object per part with marks under ``folder``."""
+    folder: str | None
+    parts: np.ndarray  # part numbers with marks, ascending
+    crcs: np.ndarray  # the crc32 of each one's object
     count: int
     stats: dict[str, Any] = field(default_factory=dict, compare=False)  # the shuffle's
 
+    def uri(self, part: int) -> str:
+        return storage.join(self.folder, "by-part", f"part-{part:06d}.arrow")
+
     def remove(self) -> None:
-        if self.shuffled is not None:
-            self.shuffled.remove()
+        if self.folder is not None:
+            storage.remove(self.folder, recursive=True)
 
 
 def _by_file(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -41,18 +53,53 @@ def _by_file(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
             PART: np.asarray(batch["file"], np.int64)}
 
 
-def build_marks(pairs: Any, *, num_files: int, folder: str, name: str) -> Marks:
-    """Shuffle the ``(u, v, file)`` rows of ``pairs`` (a Dataset) by ``file`` into ``folder``."""
+def _write_part(table: pa.Table, *, partition: int, folder: str) -> dict[str, np.ndarray]:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    data = sink.getvalue().to_pybytes()
+    storage.write_bytes(storage.join(folder, "by-part", f"part-{partition:06d}.arrow"), data)
+    return {"part": np.array([partition]), "rows": np.array([table.num_rows]),
+            "crc": np.array([zlib.crc32(data)], dtype=np.int64)}
+
+
+def build_marks(pairs: Any, *, num_files: int, folder: str, name: str, file_bytes: int = FILE_BYTES,
+                ranges: int | None = None, memory_bytes: int = TASK_MEMORY_BYTES) -> Marks:
+    """Shuffle the ``(u, v, file)`` rows of ``pairs`` (a Dataset) by ``file`` into ``folder`` and
+    write each part's marks as one object there."""
     sh = shuffle(pairs.map_batches(_by_file, batch_format="numpy"), partitions=max(1, num_files),
-                 folder=folder, name=name)
+                 folder=storage.join(folder, "map"), name=name, file_bytes=file_bytes, ranges=ranges)
     if not sh.rows:
         sh.remove()
-    return Marks(shuffled=sh if sh.rows else None, count=sh.rows, stats=sh.stats)
+        return Marks(folder=None, parts=np.zeros(0, np.int64), crcs=np.zeros(0, np.int64), count=0, stats=sh.stats)
+    written = reduce(sh, _write_part, batch_format="pyarrow", with_partition=True, memory_bytes=memory_bytes,
+                     fn_kwargs={"folder": folder}).take_all()
+    sh.remove()
+    order = np.argsort([int(r["part"]) for r in written])
+    parts = np.array([int(written[i]["part"]) for i in order], dtype=np.int64)
+    crcs = np.array([int(written[i]["crc"]) for i in order], dtype=np.int64)
+    count = sum(int(r["rows"]) for r in written)
+    if count != sh.rows:  # every shuffled row reaches one part's object
+        raise RuntimeError(f"{name}: {sh.rows} marks shuffled but {count} written")
+    return Marks(folder=folder, parts=parts, crcs=crcs, count=count, stats=sh.stats)
+
+
+def read_marks(marks: Marks, index: int) -> pa.Table | None:
+    """The marks of part ``index`` (``u``, ``v``), checked against their crc32; None if it has none."""
+    at = int(np.searchsorted(marks.parts, index))
+    if at == len(marks.parts) or marks.parts[at] != index:
+        return None
+    uri = marks.uri(index)
+    data = storage.read_bytes(uri)
+    if zlib.crc32(data) != int(marks.crcs[at]):
+        raise MapFileError(f"{uri}: damaged: crc32 {zlib.crc32(data):#010x}, written as {int(marks.crcs[at]):#010x}; "
+                           "run the build again (the stage recomputes its marks from its input)")
+    return pa.ipc.open_stream(pa.py_buffer(data)).read_all()
 
 
 def apply_marks(table: pa.Table, index: int, *, marks: Marks, reason: str) -> pa.Table:
     """Rows of part ``index`` with every active row whose uid has a mark set to ``reason``."""
-    found = read_partition(marks.shuffled, index) if marks.shuffled is not None else None
+    found = read_marks(marks, index)
     if found is None or table.num_rows == 0:
         return table
     member = found.column("u").to_numpy()
@@ -74,6 +121,6 @@ def apply_marks(table: pa.Table, index: int, *, marks: Marks, reason: str) -> pa
 def mark_parts(parts: Parts, marks: Marks, reason: str) -> Any:
     """The documents of ``parts`` with the marked ones set to ``reason`` (lazy; the marks'
     files must stay until it has run)."""
-    if marks.shuffled is None:
+    if not len(marks.parts):
         return parts.read()
     return parts.read(transform=apply_marks, transform_kwargs={"marks": marks, "reason": reason})

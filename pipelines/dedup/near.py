@@ -40,7 +40,7 @@ import numpy as np
 import pyarrow as pa
 
 from common import storage
-from pipelines.config import DedupConfig
+from pipelines.config import DedupConfig, ShuffleConfig
 from pipelines.dedup import rows as doc_rows
 from pipelines.dedup.components import connected_components
 from pipelines.dedup.marks import build_marks, mark_parts
@@ -140,25 +140,30 @@ def _member_pairs(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return {"u": batch["u"], "v": batch["v"], "file": batch["fu"]}
 
 
-def near_dedup(parts: Parts, cfg: DedupConfig, *, work: str) -> tuple[Any, dict[str, Any]]:
+def near_dedup(parts: Parts, cfg: DedupConfig, *, work: str,
+               shuffle: ShuffleConfig | None = None) -> tuple[Any, dict[str, Any]]:
     """Mark near-duplicates (verified MinHash-LSH clusters) ``dedup:near``; keep the smallest uid.
 
     Signatures, buckets and verified bucket edges run now, then the component rounds and the
     marks shuffle (files under ``work``, which the caller deletes once the returned marking pass
     has run). Raises ``ComponentsNotConverged`` past ``cfg.max_cc_iterations`` rounds.
     """
+    shuffle = shuffle or ShuffleConfig()
     num_perm = cfg.num_bands * cfg.rows_per_band
     rows = parts.read(with_file=True).select_columns(["uid", "text", "reason", "id", "_file"])
     buckets = rows.map_batches(signature_buckets, batch_format="numpy", fn_kwargs={"cfg": cfg})
-    partitions = partitions_for(parts.rows * cfg.num_bands * (_KEY_BYTES + num_perm * SKETCH_BITS // 8))
+    partitions = partitions_for(parts.rows * cfg.num_bands * (_KEY_BYTES + num_perm * SKETCH_BITS // 8),
+                                partition_bytes=shuffle.partition_bytes)
     edges, sh = group_apply(buckets, bucket_edges, key="bucket", partitions=partitions,
                             folder=storage.join(work, "buckets"), name="lsh_buckets", batch_format="pyarrow",
-                            fn_kwargs={"threshold": cfg.jaccard_threshold})
+                            fn_kwargs={"threshold": cfg.jaccard_threshold}, **shuffle.options())
     edges = edges.materialize()
     sh.remove()
-    comps = connected_components(edges, max_iterations=cfg.max_cc_iterations, work=storage.join(work, "cc"))
+    comps = connected_components(edges, max_iterations=cfg.max_cc_iterations, work=storage.join(work, "cc"),
+                                   shuffle=shuffle)
     pairs = comps.edges.map_batches(_member_pairs, batch_format="numpy")
-    marks = build_marks(pairs, num_files=len(parts.files), folder=storage.join(work, "marks"), name="near_marks")
+    marks = build_marks(pairs, num_files=len(parts.files), folder=storage.join(work, "marks"), name="near_marks",
+                        **shuffle.options())
     refused = sum(int(r["n"]) for r in edges.map_batches(_refused, batch_format="numpy").take_all())
     stats = {"near_duplicates": marks.count, "clusters": comps.clusters, "cc_iterations": comps.iterations,
              "refused_checks": refused, "lsh_threshold": round(lsh_threshold(cfg), 4),

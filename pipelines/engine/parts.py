@@ -22,7 +22,8 @@ of a killed attempt are never read.
 
 Reading (``Parts.read``) is planned from that list alone, with no call to the store: one read
 task per run of row groups of about ``READ_TASK_BYTES`` (at least ``MIN_READ_TASKS`` tasks when
-the parts allow), every byte through ``common.storage`` (retried on a store outage; Ray's own
+the parts allow), grouped into a number of Ray blocks that follows the cluster, not the data
+(``raydata.task_items``), every byte through ``common.storage`` (retried on a store outage; Ray's own
 Parquet reader would go around it). Row groups are small (at most ``ROW_GROUP_ROWS`` rows and
 about ``ROW_GROUP_BYTES``) so that even one big part, or one whose rows are whole books, gives
 several parallel tasks. A task knows which part it reads (``with_file`` adds its index as
@@ -272,7 +273,9 @@ class Parts:
         tasks = self.tasks()
         if not tasks:
             return ray.data.from_items([])
-        return ray.data.from_items(tasks, override_num_blocks=len(tasks)).map_batches(
+        from pipelines.engine.raydata import task_items
+
+        return task_items(tasks).map_batches(
             _read_tasks, batch_size=1, batch_format="pyarrow",
             fn_kwargs={"folder": self.folder, "with_file": with_file, "transform": transform,
                        "transform_kwargs": transform_kwargs or {}})

@@ -18,6 +18,8 @@
 * ``quiet_ray_data_console`` and ``drop_stale_no_cpu_warning``: Ray Data's console shows warnings
   and errors, not three lines per execution, and not its false "no available CPUs ... will hang"
   warning on our own local Ray (``ELECTRA_PROGRESS`` brings the lines and the bars back).
+* ``task_items``: a list of read tasks as a Dataset of a bounded number of blocks (the driver's
+  cost grows with its blocks, not with the data).
 * ``partitions_for``: shuffle partition counts from the data size (with a fixed floor), never
   from the CPUs present at start. An autoscaling cluster whose head has 0 CPUs would otherwise get the minimum, and a
   small corpus on a big cluster hundreds of empty partitions.
@@ -31,6 +33,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+from typing import Any
 
 from common import storage
 
@@ -42,7 +45,6 @@ PARTITION_BYTES = 64 << 20
 # small cluster has cores (one 19 MB shuffle of the books' LSH buckets took 2.4 s as one task),
 # and each extra partition of a tiny shuffle costs milliseconds.
 MIN_PARTITIONS = 8
-MAX_PARTITIONS = 4096
 # Every task holds one CPU, so a task's native libraries get one thread. Without this the
 # ``tokenizers`` Rust pool of every packing task starts a thread per core of the machine
 # (N tasks on N cores: N * N threads). TOKENIZERS_PARALLELISM=false makes ``encode_batch(_fast)``
@@ -155,8 +157,39 @@ def drop_stale_no_cpu_warning() -> None:
         logger.addFilter(_StaleNoCpuWarning())
 
 
+# Blocks of a list of read tasks: at most this many per CPU of the cluster, and at least
+# MIN_TASK_BLOCKS (while there are that many tasks). Ray Data keeps state for every block of a
+# Dataset on the driver (references, metadata, statistics: tens of KB each), so one block per
+# read task made the driver grow with the data; a fixed number of blocks per CPU keeps every
+# CPU busy and the driver's share flat. What a stage writes does not depend on it: documents
+# are keyed by their own ids, parts named by their content, examples packed per document.
+TASK_BLOCKS_PER_CPU = 4
+MIN_TASK_BLOCKS = 16
+
+
+def task_items(tasks: list[dict], *, cpus: int | None = None) -> Any:
+    """``tasks`` as a Ray Dataset of ``min(len(tasks), max(MIN_TASK_BLOCKS, TASK_BLOCKS_PER_CPU x
+    CPUs))`` blocks, task ``i`` in block ``i mod blocks`` (tasks come largest first, so each block
+    gets a share of large and small ones). One item per task; a block's tasks run one after
+    another in the task that reads the block."""
+    import ray
+
+    if cpus is None:
+        try:
+            cpus = int(ray.cluster_resources().get("CPU", 0))
+        except Exception:  # noqa: BLE001 (no cluster view: the floor applies)
+            cpus = 0
+    k = max(1, min(len(tasks), max(MIN_TASK_BLOCKS, TASK_BLOCKS_PER_CPU * cpus)))
+    # from_items cuts its list into k contiguous runs, the first len % k one longer: lay the
+    # tasks out so that run b holds tasks b, b + k, b + 2k, ...
+    ordered = [t for b in range(k) for t in tasks[b::k]]
+    return ray.data.from_items(ordered, override_num_blocks=k)
+
+
 def partitions_for(num_bytes: int, *, partition_bytes: int = PARTITION_BYTES) -> int:
     """Shuffle partitions for ``num_bytes`` of shuffled rows: one per ``partition_bytes``, at
-    least ``MIN_PARTITIONS``; the same on any cluster, whatever CPUs it has at the start."""
+    least ``MIN_PARTITIONS``, with no upper bound (a partition is what one reduce call holds, so
+    its size stays bounded at any data size; a map file's layout does not depend on their number);
+    the same on any cluster, whatever CPUs it has at the start."""
     wanted = math.ceil(max(0, num_bytes) / partition_bytes)
-    return int(min(MAX_PARTITIONS, max(MIN_PARTITIONS, wanted)))
+    return int(max(MIN_PARTITIONS, wanted))

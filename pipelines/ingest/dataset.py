@@ -99,5 +99,7 @@ def ingest_dataset(sources: Sources, cfg: IngestConfig, *, split_bytes: int | No
     _check_config(cfg)
     if tasks is None:
         tasks = plan_reads(sources, cfg, split_bytes=split_bytes)
-    ds = ray.data.from_items([t._asdict() for t in tasks], override_num_blocks=len(tasks))
+    from pipelines.engine.raydata import task_items
+
+    ds = task_items([t._asdict() for t in tasks])
     return ds.map_batches(_read_tasks, fn_kwargs={"cfg": cfg}, batch_size=1, batch_format="numpy")

@@ -214,7 +214,7 @@ def _exact_dedup(run: StageRun) -> dict[str, Any]:
 
     if not run.cfg.dedup.exact:
         return _documents(run, run.read("filter"))
-    return _documents(run, *exact_dedup(run.parts("filter"), work=run.work))
+    return _documents(run, *exact_dedup(run.parts("filter"), work=run.work, shuffle=run.cfg.shuffle))
 
 
 def _near_dedup(run: StageRun) -> dict[str, Any]:
@@ -222,7 +222,8 @@ def _near_dedup(run: StageRun) -> dict[str, Any]:
 
     if not run.cfg.dedup.near:
         return _documents(run, run.read("exact_dedup"))
-    return _documents(run, *near_dedup(run.parts("exact_dedup"), run.cfg.dedup, work=run.work))
+    return _documents(run, *near_dedup(run.parts("exact_dedup"), run.cfg.dedup, work=run.work,
+                                         shuffle=run.cfg.shuffle))
 
 
 # ----------------------------------------------------------------------------- tokenizer
@@ -356,7 +357,8 @@ def _shard(run: StageRun) -> dict[str, Any]:
     vocab = run.inputs["tokenizer"].product["tokenizer"]["vocab_size"]
     sizes = {s: (v["examples"], v["tokens"]) for s, v in pack["splits"].items()}
     infos, shuffled = write_shards(run.read("pack"), run.corpus, run.cfg.shard, generation=run.key,
-                                   vocab_size=vocab, sizes=sizes, work=run.work)
+                                   vocab_size=vocab, sizes=sizes, work=run.work,
+                                   shuffle_cfg=run.cfg.shuffle)
     total = sum(i.bytes for i in infos)
     tokens = sum(i.num_tokens for i in infos)
     return {"stats": {"shards": len(infos), "bytes": total, "tokens": tokens,

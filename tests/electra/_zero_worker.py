@@ -185,7 +185,9 @@ def main(argv=None) -> int:
         if rank == 0:
             (args.out / "plan.json").write_text(json.dumps({"universal": plan.universal, "message": plan.message,
                                                             "saved_world_size": plan.saved_world_size}))
-        uc.prepare_universal(plan, rank=rank, barrier=D.barrier)
+        # as the trainer does: a barrier sized to the conversion when there is one
+        wait = D.barrier_within(uc.conversion_timeout(step_dir)) if plan.universal else D.barrier
+        uc.prepare_universal(plan, rank=rank, barrier=wait)
         engine = build(12345, uc.ds_config_for_resume(ds, plan), trained_extras=False)  # other init: all must load
         meta = ckpt.load_checkpoint(engine, step_dir, rank=rank, universal=plan.universal)
         dump("loaded.pt", full_state(engine))

@@ -256,3 +256,17 @@ def test_other_stages_and_precisions_resume_from_2_ranks_on_1(tmp_path, stage, p
     assert json.loads((resume / "plan.json").read_text())["universal"] is (stage > 0)
     assert_resumed(load(train, "saved.pt"), load(resume, "loaded.pt"), load(train, "next.pt"),
                    load(resume, "next.pt"))
+
+
+def test_the_conversion_wait_is_sized_by_the_optimiser_state(tmp_path):
+    """The other ranks wait for rank 0's conversion by its bytes, not DeepSpeed's fixed 10 minutes."""
+    step = tmp_path / "step_00000010"
+    step.mkdir()
+    assert uc.conversion_timeout(step) == uc.CONVERSION_MARGIN_SECONDS
+    (step / "mp_rank_00_model_states.pt").write_bytes(b"\0" * (3 << 20))  # not optimiser state: not counted
+    for r in range(2):
+        (step / f"bf16_zero_pp_rank_{r}_mp_rank_00_optim_states.pt").write_bytes(b"\0" * (10 << 20))
+    want = uc.CONVERSION_MARGIN_SECONDS + (20 << 20) / uc.CONVERSION_BYTES_PER_SECOND
+    assert uc.conversion_timeout(step) == want
+    # Large's optimiser state (~4 GB) at the assumed rate: more than DeepSpeed's 10 minutes
+    assert uc.CONVERSION_MARGIN_SECONDS + (4 << 30) / uc.CONVERSION_BYTES_PER_SECOND > 600

@@ -106,7 +106,7 @@ def test_ray_components_on_a_hand_built_graph(ray_local, monkeypatch, parts, tmp
     import pipelines.dedup.components as components
 
     sized = []
-    monkeypatch.setattr(components, "partitions_for", lambda n: sized.append(n) or parts)
+    monkeypatch.setattr(components, "partitions_for", lambda n, **_: sized.append(n) or parts)
     edges = HAND_BUILT["chain"][:6] + HAND_BUILT["star_off_centre"] + [(1, 2), (3, 2)]
     ds = ray_local.data.from_items(_edge_items(edges))
     comps = connected_components(ds, max_iterations=20, work=str(tmp_path / "cc"))

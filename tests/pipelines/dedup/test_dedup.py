@@ -169,7 +169,7 @@ def _run(ray, rows, folder, *, blocks: int, cfg: DedupConfig = DedupConfig(), mo
 
     if partitions is not None:
         for module in (exact, near, components):
-            monkeypatch.setattr(module, "partitions_for", lambda n: partitions)
+            monkeypatch.setattr(module, "partitions_for", lambda n, **_: partitions)
     first = _parts(ray, rows, folder / "in", blocks=blocks)
     ds, s1 = exact_dedup(first, work=str(folder / "w1"))
     second = _written(ray, ds, folder / "exact")

@@ -1,7 +1,7 @@
 """Ray Data plumbing: partitions sized by data, the data context."""
 from __future__ import annotations
 
-from pipelines.engine.raydata import MAX_PARTITIONS, MIN_PARTITIONS, PARTITION_BYTES, configure_data_context, partitions_for
+from pipelines.engine.raydata import MIN_PARTITIONS, PARTITION_BYTES, configure_data_context, partitions_for
 
 
 def test_partitions_follow_the_bytes_not_the_cpus(ray_local):
@@ -9,7 +9,7 @@ def test_partitions_follow_the_bytes_not_the_cpus(ray_local):
     assert partitions_for(MIN_PARTITIONS * PARTITION_BYTES) == MIN_PARTITIONS
     assert partitions_for(MIN_PARTITIONS * PARTITION_BYTES + 1) == MIN_PARTITIONS + 1
     assert partitions_for(100 * PARTITION_BYTES) == 100
-    assert partitions_for(10_000 * PARTITION_BYTES) == MAX_PARTITIONS
+    assert partitions_for(100_000 * PARTITION_BYTES) == 100_000  # no cap: partitions stay bounded in size
     assert partitions_for(100_000, partition_bytes=100) == 1000
     # Nothing about the cluster enters: the same answer with Ray running (2 CPUs here) or not.
     assert partitions_for(37 * PARTITION_BYTES) == 37
@@ -19,3 +19,18 @@ def test_data_context_settings(ray_local):
     configure_data_context()
     ctx = ray_local.data.DataContext.get_current()
     assert ctx.op_resource_reservation_enabled is False
+
+
+def test_read_tasks_go_into_a_bounded_number_of_blocks(ray_local):
+    """The driver's share follows the blocks: their number follows the CPUs, not the tasks."""
+    from pipelines.engine.raydata import MIN_TASK_BLOCKS, TASK_BLOCKS_PER_CPU, task_items
+
+    for n, cpus, blocks in [(5, 2, 5), (16, 2, 16), (1000, 2, MIN_TASK_BLOCKS), (1000, 64, 64 * TASK_BLOCKS_PER_CPU),
+                            (100, 64, 100)]:
+        ds = task_items([{"i": i} for i in range(n)], cpus=cpus)
+        assert ds.num_blocks() == blocks
+        got = [[row["i"] for row in ref.to_pylist()] for ref in ds.iter_batches(batch_size=None, batch_format="pyarrow")]
+        assert sorted(i for b in got for i in b) == list(range(n))  # every task once
+        if n > blocks:  # block b holds tasks b, b + k, ...: large (first) and small ones mixed
+            assert sorted(got, key=lambda b: b[0]) == [list(range(b, n, blocks)) for b in range(blocks)]
+    assert task_items([{"i": 0}]).num_blocks() == 1  # the CPUs of the running cluster by default

@@ -1,16 +1,23 @@
-"""The storage shuffle: map files with partition slices, reduce by partition, on disk and on S3."""
+"""The storage shuffle: map files with R range slices, R reduce tasks (one per range) that each
+make two ranged reads per map file and spill locally; on disk, through Ray, and on S3.
+
+Expected rows and request sizes are computed here (numpy, struct, hashlib) from the layout
+``pipelines.engine.map_file`` documents, not asked of the module under test.
+"""
 from __future__ import annotations
 
 import collections
+import hashlib
 import re
 import struct
-import zlib
+import uuid
 
 import numpy as np
 import pyarrow as pa
 import pytest
 
 from common import storage
+from pipelines.engine import map_file as mf
 from pipelines.engine import shuffle as sh
 
 
@@ -23,286 +30,322 @@ def test_hash_partition_is_a_function_of_the_key():
     assert np.bincount(many, minlength=7).min() > 1200  # spread evenly (10000 / 7 = 1428)
 
 
-def _trailer(data: bytes, partitions: int) -> tuple[list[int], list[int], tuple[int, int]]:
-    """(slice starts + the end, crc32 per slice, (partitions, magic)) parsed with struct alone."""
-    tail = data[-(12 * partitions + 8 + 16):]
-    records = [struct.unpack_from("<qI", tail, 12 * p) for p in range(partitions)]
-    (end,) = struct.unpack_from("<q", tail, 12 * partitions)
-    return [r[0] for r in records] + [end], [r[1] for r in records], struct.unpack("<qq", tail[-16:])
+def test_default_ranges(monkeypatch):
+    for cpus, want in [(0, 8), (1, 8), (3, 8), (4, 8), (5, 10), (64, 128)]:
+        monkeypatch.setattr(sh, "_cluster_cpus", lambda cpus=cpus: cpus)
+        assert sh.default_ranges(4096) == want  # two per CPU, at least MIN_REDUCE_TASKS
+        assert sh.default_ranges(4096, reduce_tasks=5) == 5  # shuffle.reduce_tasks decides when set
+        assert sh.default_ranges(4096, reduce_tasks=10_000) == 4096  # never more than P
+        assert sh.default_ranges(6) == 6 and sh.default_ranges(1) == 1  # a small shuffle: one per partition
+        assert sh.default_ranges(want + 1) == want
+    assert sh.MIN_REDUCE_TASKS == 8
 
 
-def test_a_map_file_holds_each_partition_as_one_checksummed_slice():
-    rng = np.random.default_rng(1)
-    part = rng.integers(0, 5, 300)
-    part[part == 3] = 4  # partition 3 stays empty
-    table = pa.table({"k": np.arange(300), "s": [f"r{i}" for i in range(300)], sh.PART: part})
-    data = sh.encode_map_file(table, 5)
-    sh.check_map_file(data, 5)
-    with pytest.raises(ValueError, match="not a 6-partition"):
-        sh.check_map_file(data, 6)
-    offsets, crcs, (partitions, magic) = _trailer(data, 5)
-    assert sh.trailer_bytes(5) == 12 * 5 + 24 and len(data) == offsets[-1] + sh.trailer_bytes(5)
-    assert partitions == 5 and magic.to_bytes(8, "big") == b"ELECSHV2" and offsets[0] == 0
-    assert offsets[3] == offsets[4]
-    for p in range(5):
-        blob = data[offsets[p]:offsets[p + 1]]
-        # the crc32 of (p, start, end) then the slice, computed here with zlib alone
-        assert crcs[p] == zlib.crc32(blob, zlib.crc32(struct.pack("<qqq", p, offsets[p], offsets[p + 1])))
-        got = pa.ipc.open_stream(pa.py_buffer(blob)).read_all() if blob else None
-        want = np.flatnonzero(part == p)
-        if len(want) == 0:
-            assert got is None
-        else:  # rows of the partition, in their original order, without the partition column
-            assert got.column_names == ["k", "s"] and got.column("k").to_pylist() == want.tolist()
-    with pytest.raises(ValueError, match=r"must be in \[0, 5\)"):
-        sh.encode_map_file(pa.table({"k": [1], sh.PART: [5]}), 5)
+def _bounds(partitions: int, ranges: int) -> list[tuple[int, int]]:
+    return [(r * partitions // ranges, (r + 1) * partitions // ranges) for r in range(ranges)]
 
 
-# Keys whose 8 bytes occur once in a map file: a flipped byte among them changes one value.
-_BASE = 0x1122334455667700
+def _starts(data: bytes, ranges: int) -> list[int]:
+    """Slice starts and the end offset, from the trailer by struct alone."""
+    tail = data[-(12 * ranges + 32):]
+    return [struct.unpack_from("<q", tail, 12 * r)[0] for r in range(ranges)] + [
+        struct.unpack_from("<q", tail, 12 * ranges)[0]]
 
 
-def _one_file(folder, partitions: int = 4, rows: int = 400) -> tuple[sh.Shuffled, bytes, np.ndarray]:
-    """A one-map-file shuffle written to ``folder`` without Ray (what a map task writes)."""
-    part = np.arange(rows) % partitions
-    part[part == 2] = 1  # partition 2 is empty
-    table = pa.table({"k": _BASE + np.arange(rows, dtype=np.int64), sh.PART: part})
-    data = sh.encode_map_file(table, partitions)
-    storage.write_bytes(storage.join(str(folder), "map-a.arrows"), data)
-    return sh.Shuffled(str(folder), partitions, (sh.MapFile("map-a.arrows", len(data), rows),)), data, part
+# ---------------------------------------------------------------------------------------------
+# The reduce side's requests (map files written here without Ray, as a map task writes them)
+
+P, R, M = 12, 5, 4  # ranges [0, 2) [2, 4) [4, 7) [7, 9) [9, 12)
 
 
-def _keys(shuffled: sh.Shuffled, p: int) -> list[int] | None:
-    table = sh.read_partition(shuffled, p)
-    return None if table is None else table.column("k").to_pylist()
-
-
-def _is_a_data_error(exc: BaseException) -> bool:
-    """Neither the storage layer nor the stage runner retries it (a damaged object stays damaged)."""
-    from common import retry
-    from pipelines.orchestration import checks
-
-    return (isinstance(exc, storage.StorageError) and not isinstance(exc, storage.StoreUnavailableError)
-            and not retry.transient(exc) and not checks.transient(exc))
-
-
-def test_an_intact_map_file_reads_back_every_partition(tmp_path):
-    shuffled, _, part = _one_file(tmp_path)
-    for p in range(4):
-        want = (_BASE + np.flatnonzero(part == p)).tolist()
-        assert _keys(shuffled, p) == (want or None)
-
-
-@pytest.mark.parametrize("keep", ["most_of_the_trailer", "half_the_data", "nothing"])
-def test_a_truncated_map_file_is_named_with_its_size(tmp_path, keep):
-    shuffled, data, part = _one_file(tmp_path)
-    cut = {"most_of_the_trailer": len(data) - 5, "half_the_data": len(data) // 2, "nothing": 0}[keep]
-    (tmp_path / "map-a.arrows").write_bytes(data[:cut])
-    uri = storage.join(str(tmp_path), "map-a.arrows")
-    # A reader of the last partition reads the trailer's tail (where the magic says the file is
-    # whole): every shuffle's reduce has one, so a cut file is always named. A reader of earlier
-    # partitions reads only their records and slices: when those are all there (a cut in the
-    # tail), it gets its rows, each slice checked against its crc32; when not, it names the file.
-    for p in range(4):
-        if keep == "most_of_the_trailer" and p < 3:
-            want = (_BASE + np.flatnonzero(part == p)).tolist()
-            assert _keys(shuffled, p) == (want or None)
-            continue
-        with pytest.raises(sh.MapFileError) as err:
-            sh.read_partition(shuffled, p)
-        assert str(err.value) == (f"{uri}: partition {p}: truncated: the map side wrote {len(data)} bytes, "
-                                  f"the store holds {cut}; run the build again (the stage recomputes its "
-                                  "shuffle from its input)")
-        assert _is_a_data_error(err.value)
-    with pytest.raises(sh.MapFileError, match=r"partition 0: truncated"):  # a range ending at the last one
-        sh.read_partitions(shuffled, 0, 4)
-
-
-def test_a_flipped_byte_in_a_slice_fails_its_checksum(tmp_path):
-    shuffled, data, part = _one_file(tmp_path)
-    offsets, _, _ = _trailer(data, 4)
-    victim = int(np.flatnonzero(part == 3)[5])  # a key of partition 3
-    at = data.index(struct.pack("<q", _BASE + victim))
-    assert offsets[3] <= at < offsets[4] and data.count(struct.pack("<q", _BASE + victim)) == 1
-    damaged = bytearray(data)
-    damaged[at] ^= 0x10
-    (tmp_path / "map-a.arrows").write_bytes(bytes(damaged))
-    # Arrow alone reads the damaged slice without complaint: one key silently changed.
-    silently = pa.ipc.open_stream(pa.py_buffer(bytes(damaged[offsets[3]:offsets[4]]))).read_all()
-    assert silently.column("k").to_pylist().count(_BASE + victim) == 0
-    uri = storage.join(str(tmp_path), "map-a.arrows")
-    with pytest.raises(sh.MapFileError, match=rf"^{re.escape(uri)}: partition 3: damaged: bytes "
-                                              rf"\[{offsets[3]}, {offsets[4]}\) have crc32 0x[0-9a-f]{{8}}, "
-                                              r"the trailer says 0x[0-9a-f]{8}; run the build again") as err:
-        sh.read_partition(shuffled, 3)
-    assert _is_a_data_error(err.value)
-    for p in (0, 1, 2):  # the other slices are intact and still read
-        want = (_BASE + np.flatnonzero(part == p)).tolist()
-        assert _keys(shuffled, p) == (want or None)
-
-
-@pytest.mark.parametrize("field,partition,what", [
-    ("start", 1, "damaged: bytes"),  # a start moved inside the data: the slice's checksum fails
-    ("crc", 0, "damaged: bytes"),
-    ("crc", 2, "damaged trailer: the record of an empty slice"),  # no data read, still checked
-    ("end", 3, "damaged trailer: slice"),  # the end offset pushed past the data
-])
-def test_a_flipped_byte_in_the_trailer_is_caught(tmp_path, field, partition, what):
-    shuffled, data, _ = _one_file(tmp_path)
-    record = len(data) - sh.trailer_bytes(4) + 12 * partition
-    at = {"start": record, "crc": record + 8, "end": len(data) - 24 + 2}[field]
-    damaged = bytearray(data)
-    damaged[at] ^= 0x01 if field != "end" else 0x40
-    (tmp_path / "map-a.arrows").write_bytes(bytes(damaged))
-    uri = storage.join(str(tmp_path), "map-a.arrows")
-    with pytest.raises(sh.MapFileError, match=rf"^{re.escape(uri)}: partition {partition}: {what}"):
-        sh.read_partition(shuffled, partition)
-
-
-def test_a_map_file_of_the_unchecked_format_is_refused(tmp_path):
-    """Version 1 (offsets only, magic "ELECSHUF"): refused by name, never misread."""
-    offsets = np.array([0, 0, 0, 0, 0], dtype="<i8")
-    old = offsets.tobytes() + struct.pack("<qq", 4, 0x454C4543_53485546)
-    old = b"\0" * (sh.trailer_bytes(4) - len(old)) + old  # as long as a new trailer: the magic decides
-    (tmp_path / "map-old.arrows").write_bytes(old)
-    shuffled = sh.Shuffled(str(tmp_path), 4, (sh.MapFile("map-old.arrows", len(old), 0),))
-    with pytest.raises(sh.MapFileError, match=r"map-old\.arrows: partition 3: not a 4-partition shuffle map "
-                                              r"file of this format \(partitions 4, magic 0x454c454353485546"):
-        sh.read_partition(shuffled, 3)
-    # A reader of earlier partitions does not read the magic; their records fail their checksums.
-    with pytest.raises(sh.MapFileError, match=r"map-old\.arrows: partition 0: damaged trailer"):
-        sh.read_partition(shuffled, 0)
-
-
-def test_reduce_tasks_own_contiguous_ranges_sized_by_bytes():
-    def tasks(partitions: int, total: int, task_bytes: int) -> list[tuple[int, int]]:
-        files = (sh.MapFile("a", total // 2, 1), sh.MapFile("b", total - total // 2, 1))
-        return sh.reduce_tasks(sh.Shuffled("f", partitions, files), task_bytes)
-
-    for partitions, total, task_bytes, count in [(4096, 100 << 30, 256 << 20, 400), (4096, 1 << 20, 256 << 20, 8),
-                                                 (3, 1 << 30, 1 << 20, 3), (1000, 10_000, 1000, 10)]:
-        got = tasks(partitions, total, task_bytes)
-        assert len(got) == count
-        assert got[0][0] == 0 and got[-1][1] == partitions  # every partition once, in order
-        assert all(a[1] == b[0] for a, b in zip(got, got[1:])) and all(lo < hi for lo, hi in got)
-        sizes = [hi - lo for lo, hi in got]
-        assert max(sizes) - min(sizes) <= 1
-
-
-def test_a_range_of_partitions_costs_two_reads_per_map_file_and_only_its_bytes(tmp_path, monkeypatch):
-    partitions, rng = 12, np.random.default_rng(7)
-    files, parts = [], []
-    for i in range(3):
-        part = rng.integers(0, partitions, 500)
+def _write_files(folder) -> tuple[sh.Shuffled, list[np.ndarray], list[bytes]]:
+    rng = np.random.default_rng(7)
+    files, parts, blobs = [], [], []
+    for i in range(M):
+        part = rng.integers(0, P, 500)
         part[part == 5] = 6  # partition 5 is empty everywhere
+        if i == 3:
+            part[(part >= 4) & (part < 7)] = 0  # map file 3 holds nothing of range 2
+        table = pa.table({"k": np.arange(500, dtype=np.int64) + 1000 * i, "s": [f"{i}.{j}" for j in range(500)],
+                          mf.PART: part})
+        data = mf.encode_map_file(table, P, R)
+        name = f"{i:02x}/map-{i}.arrows"
+        storage.write_bytes(storage.join(str(folder), name), data)
+        files.append(sh.MapFile(name, len(data), 500))
         parts.append(part)
-        table = pa.table({"k": np.arange(500, dtype=np.int64) + 1000 * i, sh.PART: part})
-        data = sh.encode_map_file(table, partitions)
-        storage.write_bytes(storage.join(str(tmp_path), f"map-{i}.arrows"), data)
-        files.append(sh.MapFile(f"map-{i}.arrows", len(data), 500))
-    shuffled = sh.Shuffled(str(tmp_path), partitions, tuple(files))
-    written = sum(f.bytes for f in files)
+        blobs.append(data)
+    return sh.Shuffled(str(folder), P, tuple(files), R), parts, blobs
+
+
+def _want(parts: list[np.ndarray], lo: int, hi: int) -> dict[int, list[int]]:
+    """Each non-empty partition's keys: map files in order, rows in order within each."""
+    out = {p: [1000 * i + j for i, part in enumerate(parts) for j in np.flatnonzero(part == p).tolist()]
+           for p in range(lo, hi)}
+    return {p: ks for p, ks in out.items() if ks}
+
+
+def _got(shuffled: sh.Shuffled, r: int, **kwargs) -> dict[int, list[int]]:
+    out = {}
+    for p, table in sh.read_range(shuffled, r, **kwargs):
+        assert table.column_names == ["k", "s"]  # no _part
+        assert table.column("s").to_pylist() == [f"{k // 1000}.{k % 1000}" for k in table.column("k").to_pylist()]
+        out[p] = table.column("k").to_pylist()
+    return out
+
+
+@pytest.fixture
+def counted(monkeypatch):
+    """Every storage.read_ranges call of the reduce side, as its list of (uri, start, end)."""
     calls: list[list[tuple[str, int, int]]] = []
     real = storage.read_ranges
 
-    def counted(requests):
-        calls.append(list(requests))
+    def counting(requests):
+        calls.append([(u, int(a), int(b)) for u, a, b in requests])
         return real(requests)
 
-    monkeypatch.setattr(storage, "read_ranges", counted)
+    monkeypatch.setattr(storage, "read_ranges", counting)
+    return calls
+
+
+def test_a_reduce_task_makes_two_reads_per_map_file(tmp_path, counted):
+    shuffled, parts, blobs = _write_files(tmp_path)
+    written = sum(f.bytes for f in shuffled.files)
     read = 0
-    for lo, hi in [(0, 4), (4, 9), (9, 12)]:
-        calls.clear()
-        got = sh.read_partitions(shuffled, lo, hi)
-        for p, table in zip(range(lo, hi), got):
-            want = [1000 * i + j for i, part in enumerate(parts) for j in np.flatnonzero(part == p).tolist()]
-            assert (table.column("k").to_pylist() if table is not None else []) == want
-        index, slices = calls
-        assert len(index) == len(slices) == 3  # one index read and one data read per map file
-        for (_, a, b), f in zip(index, files):  # the range's records, not the trailer to its end
-            assert b - a == (12 * (hi - lo) + 8 if hi < partitions else 12 * (hi - lo) + 24)
-            assert b == f.bytes or b < f.bytes - 24
+    for r, (lo, hi) in enumerate(_bounds(P, R)):
+        counted.clear()
+        assert _got(shuffled, r) == _want(parts, lo, hi)
+        index, slices = counted  # one batch of index reads, one group of data reads
+        assert len(index) == M  # one index read per map file
+        for (uri, a, b), f in zip(index, shuffled.files):
+            assert uri == storage.join(str(tmp_path), f.name)
+            assert a == f.bytes - (12 * R + 32) + 12 * r  # its record...
+            if r < R - 1:
+                assert b - a == 20  # ...and the next record's start
+            else:
+                assert (b - a, b) == (12 + 8 + 24, f.bytes)  # ...the end offset and the tail, to the end
+        # one data read per map file whose slice of the range is not empty: exactly its slice
+        holding = [i for i, part in enumerate(parts) if ((part >= lo) & (part < hi)).any()]
+        assert holding == (list(range(M)) if r != 2 else [0, 1, 2])
+        want_slices = [(storage.join(str(tmp_path), shuffled.files[i].name), _starts(blobs[i], R)[r],
+                        _starts(blobs[i], R)[r + 1]) for i in holding]
+        assert slices == want_slices
         read += sum(b - a for _, a, b in index + slices)
-    data_bytes = sum(f.bytes - sh.trailer_bytes(partitions) for f in files)
-    # every slice once; per map file each record once, the tail once, and the next range's first
-    # start again at each of the 2 boundaries between ranges (8 bytes each)
-    assert read == data_bytes + 3 * (12 * partitions + 8 * 2 + 24) == written + 3 * 8 * 2
+    # Per map file: every slice once (the file less its trailer, 12 R + 8 + 24 bytes); task r < R-1
+    # reads record r and the next start (12 + 8), task R-1 its record, the end offset and the tail
+    # (12 + 8 + 24): 20 (R-1) + 44 = (12 R + 32) + 8 (R-1). So all R tasks read the files' bytes
+    # plus 8 bytes per (map file, range boundary).
+    assert read == written + 8 * (R - 1) * M
+
+
+def test_index_reads_go_in_batches_of_read_batch_files(tmp_path, counted, monkeypatch):
+    shuffled, parts, _ = _write_files(tmp_path)
+    monkeypatch.setattr(sh, "READ_BATCH", 3)
+    lo, hi = _bounds(P, R)[1]
+    assert _got(shuffled, 1) == _want(parts, lo, hi)
+    # batch 1: 3 index reads, then its 3 slices; batch 2: 1 index read, then its slice
+    assert [len(c) for c in counted] == [3, 3, 1, 1]
+    assert [c[0] for c in counted[0]] == [c[0] for c in counted[1]]
+
+
+class _Recording(sh.RangeSpill):
+    made: list["_Recording"] = []
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        _Recording.made.append(self)
+
+
+def test_a_small_memory_budget_spills_and_reads_the_same_rows(tmp_path, counted, monkeypatch):
+    shuffled, parts, _ = _write_files(tmp_path / "s")
+    monkeypatch.setenv("ELECTRA_SPILL_DIR", str(tmp_path / "spill"))
+    monkeypatch.setattr(sh, "RangeSpill", _Recording)
+    for r, (lo, hi) in enumerate(_bounds(P, R)):
+        for memory in (64, 1 << 40):
+            _Recording.made.clear()
+            counted.clear()
+            assert _got(shuffled, r, memory_bytes=memory) == _want(parts, lo, hi)
+            (spill,) = _Recording.made
+            data_calls = counted[1:]
+            if memory == 64:  # data reads of at most 16 bytes at a time: every slice alone, each spilled
+                assert spill.spilled_bytes > 0 and all(len(c) == 1 for c in data_calls)
+                assert len(data_calls) == (M if r != 2 else M - 1)
+            else:
+                assert spill.spilled_bytes == 0 and len(data_calls) == 1
+    assert list((tmp_path / "spill").iterdir()) == []  # every task's runs removed
+
+
+def test_read_partition_and_bad_numbers(tmp_path):
+    shuffled, parts, _ = _write_files(tmp_path)
+    for p in range(P):
+        got = sh.read_partition(shuffled, p)
+        want = _want(parts, p, p + 1).get(p)
+        assert (got.column("k").to_pylist() if got is not None else None) == want
+    assert sh.read_partition(shuffled, 5) is None  # empty everywhere
+    for bad in (-1, P):
+        with pytest.raises(IndexError):
+            sh.read_partition(shuffled, bad)
+    for bad in (-1, R):
+        with pytest.raises(IndexError):
+            list(sh.read_range(shuffled, bad))
+
+
+# ---------------------------------------------------------------------------------------------
+# Through Ray
+
+N, PARTS = 12_000, 10
 
 
 def _keyed(batch: dict, *, partitions: int) -> dict:
     k = batch["id"].astype(np.int64) * 7919 % 10_007
-    return {"k": k, "v": batch["id"].astype(np.int64), sh.PART: sh.hash_partition(k, partitions)}
+    return {"k": k, "v": batch["id"].astype(np.int64), mf.PART: k % partitions}
 
 
-def _groups(rows: dict, *, partition: int) -> dict:
-    keys = np.unique(rows["k"])
-    return {"part": np.full(len(keys), partition), "k": keys,
-            "n": np.array([np.count_nonzero(rows["k"] == k) for k in keys])}
+def _calls(rows: dict, *, partition: int) -> dict:
+    """One output row per key, all tagged with a token of this call."""
+    keys, counts = np.unique(rows["k"], return_counts=True)
+    return {"part": np.full(len(keys), partition), "k": keys, "n": counts,
+            "call": np.full(len(keys), uuid.uuid4().hex),
+            "ok": np.full(len(keys), bool((rows["k"] % PARTS == partition).all()))}
 
 
-@pytest.mark.parametrize("blocks,file_bytes", [(1, sh.FILE_BYTES), (64, 16 << 10), (64, sh.FILE_BYTES)])
-def test_every_key_reaches_exactly_one_reduce_call(ray_local, tmp_path, blocks, file_bytes):
-    n, parts = 20_000, 6
-    ds = ray_local.data.range(n, override_num_blocks=blocks).map_batches(
-        _keyed, batch_format="numpy", fn_kwargs={"partitions": parts})
-    shuffled = sh.shuffle(ds, partitions=parts, folder=str(tmp_path / "s"), file_bytes=file_bytes, name="t")
-    # Map files follow the bytes, not the blocks: one per ~file_bytes of rows.
-    assert shuffled.stats["blocks_in"] >= blocks and shuffled.rows == n
-    assert len(shuffled.files) == (1 if file_bytes == sh.FILE_BYTES else shuffled.stats["map_files"]) >= 1
-    assert sorted(p.name for p in (tmp_path / "s").iterdir()) == [f.name for f in shuffled.files]
-    out = sh.reduce(shuffled, _groups, with_partition=True).take_all()
-    counts = collections.Counter((np.arange(n) * 7919 % 10_007).tolist())
-    assert {r["k"]: r["n"] for r in out} == counts  # each key once, with all its rows
-    assert all(int(sh.hash_partition(np.array([r["k"]]), parts)[0]) == r["part"] for r in out)
-    # A map file whose trailer is not a whole map file's (same size, other bytes) is refused by name.
-    bad = tmp_path / "s" / shuffled.files[0].name
-    bad.write_bytes(b"\0" * bad.stat().st_size)
-    with pytest.raises(sh.MapFileError, match=rf"{shuffled.files[0].name}: partition {parts - 1}: not a "
-                                              rf"{parts}-partition"):
-        sh.read_partition(shuffled, parts - 1)
-    with pytest.raises(sh.MapFileError, match=rf"{shuffled.files[0].name}: partition 0: damaged trailer"):
-        sh.read_partition(shuffled, 0)
+def _check_files(shuffled: sh.Shuffled, folder: str, ranges: int) -> None:
+    """Map files under two-hex-digit prefixes, named by a blake2b of their content, each of this
+    shuffle's shape, their rows adding up."""
+    names = [f.name for f in shuffled.files]
+    assert storage.find(folder) == sorted(names) == names
+    assert storage.listdir(folder) == sorted({n[:2] for n in names})
+    rows = 0
+    for f in shuffled.files:
+        data = storage.read_bytes(storage.join(folder, f.name))
+        m = re.fullmatch(r"([0-9a-f]{2})/map-([0-9a-f]{24})\.arrows", f.name)
+        assert m and m.group(2) == hashlib.blake2b(data, digest_size=12).hexdigest() and m.group(1) == m.group(2)[:2]
+        assert len(data) == f.bytes and struct.unpack("<qqq", data[-24:]) == (PARTS, ranges, mf.MAGIC)
+        starts = _starts(data, ranges)
+        n = 0
+        for r, (lo, hi) in enumerate(_bounds(PARTS, ranges)):
+            if starts[r + 1] > starts[r]:
+                t = pa.ipc.open_stream(pa.py_buffer(data[starts[r]:starts[r + 1]])).read_all()
+                part = t.column(mf.PART).to_numpy()
+                assert ((part >= lo) & (part < hi)).all() and (part == t.column("k").to_numpy() % PARTS).all()
+                n += t.num_rows
+        assert n == f.rows
+        rows += n
+    assert rows == shuffled.rows == N
+
+
+@pytest.mark.parametrize("blocks,file_bytes,ranges,want_ranges", [
+    (1, sh.FILE_BYTES, None, 8),  # one map file; two ranges per CPU of a 2-CPU cluster, at least 8
+    (1, 24 << 10, 3, 3),  # one large block cut into several map files
+    (12, 8 << 10, 1, 1),  # several map files per block
+    (12, sh.FILE_BYTES, PARTS, PARTS),  # a range per partition (and no more: 2 P asks too many)
+    (3, 48 << 10, 2 * PARTS, PARTS),
+])
+def test_every_key_reaches_exactly_one_reduce_call(ray_local, tmp_path, blocks, file_bytes, ranges, want_ranges):
+    ds = ray_local.data.range(N, override_num_blocks=blocks).map_batches(
+        _keyed, batch_format="numpy", fn_kwargs={"partitions": PARTS})
+    folder = str(tmp_path / "s")
+    shuffled = sh.shuffle(ds, partitions=PARTS, folder=folder, file_bytes=file_bytes, ranges=ranges, name="t")
+    assert shuffled.ranges == want_ranges and shuffled.stats["ranges"] == want_ranges
+    assert shuffled.stats["blocks_in"] == blocks and shuffled.stats["rows"] == N
+    assert shuffled.stats["map_files"] == len(shuffled.files)
+    assert shuffled.stats["bytes"] == sum(f.bytes for f in shuffled.files)
+    if file_bytes == sh.FILE_BYTES:
+        assert len(shuffled.files) == 1  # all blocks in one map task, one file
+    else:  # map files follow the bytes, not the blocks; a block larger than file_bytes is cut
+        assert len(shuffled.files) > blocks
+        assert all(f.rows * 24 <= 2 * file_bytes for f in shuffled.files)  # k, v, _part: 24 bytes a row
+    _check_files(shuffled, folder, want_ranges)
+
+    out = sh.reduce(shuffled, _calls, with_partition=True).take_all()
+    counts = collections.Counter((np.arange(N) * 7919 % 10_007).tolist())
+    assert {r["k"]: r["n"] for r in out} == counts and len(out) == len(counts)  # each key once, all its rows
+    assert all(r["ok"] and r["k"] % PARTS == r["part"] for r in out)  # a call gets its partition's rows only
+    calls = collections.defaultdict(set)
+    for r in out:
+        calls[r["part"]].add(r["call"])
+    assert sorted(calls) == list(range(PARTS)) and all(len(c) == 1 for c in calls.values())  # one call each
+
     shuffled.remove()
-    assert not (tmp_path / "s").exists()
+    assert not storage.exists(folder)
 
 
-@pytest.mark.parametrize("task_bytes", [1, 1 << 40])  # a task per partition; the minimum of 8 tasks
-def test_reduce_tasks_over_partition_ranges_give_every_partition_once(ray_local, tmp_path, task_bytes):
-    n, parts = 5_000, 40
-    ds = ray_local.data.range(n, override_num_blocks=4).map_batches(
-        _keyed, batch_format="numpy", fn_kwargs={"partitions": parts})
-    shuffled = sh.shuffle(ds, partitions=parts, folder=str(tmp_path / "s"), file_bytes=8 << 10)
-    assert len(shuffled.files) > 1
-    assert len(sh.reduce_tasks(shuffled, task_bytes)) == (parts if task_bytes == 1 else sh.MIN_REDUCE_TASKS)
-    out = sh.reduce(shuffled, _groups, with_partition=True, task_bytes=task_bytes).take_all()
-    counts = collections.Counter((np.arange(n) * 7919 % 10_007).tolist())
-    assert {r["k"]: r["n"] for r in out} == counts and len(out) == len(counts)
-    assert all(int(sh.hash_partition(np.array([r["k"]]), parts)[0]) == r["part"] for r in out)
+def test_a_damaged_map_file_fails_the_reduce_with_its_name(ray_local, tmp_path):
+    from pipelines.orchestration import checks
+
+    ds = ray_local.data.range(2000, override_num_blocks=2).map_batches(
+        _keyed, batch_format="numpy", fn_kwargs={"partitions": PARTS})
+    folder = str(tmp_path / "s")
+    shuffled = sh.shuffle(ds, partitions=PARTS, folder=folder, file_bytes=8 << 10, ranges=2)
+    victim = shuffled.files[1]
+    path = tmp_path / "s" / victim.name
+    path.write_bytes(b"\0" * path.stat().st_size)
+    with pytest.raises(mf.MapFileError) as err:  # Ray's wrapper is one too
+        sh.reduce(shuffled, _calls, with_partition=True).take_all()
+    assert not checks.transient(err.value)  # the stage runner does not retry it
+    inner = checks.unwrapped(err.value)  # the error raised in the reduce task
+    assert type(inner) is mf.MapFileError
+    uri = storage.join(folder, victim.name)
+    assert re.match(rf"{re.escape(uri)}: range (1: not a map file|0: damaged trailer: the record of an empty slice)",
+                    str(inner))
+
+
+def test_group_apply_spilling_inside_ray(ray_local, tmp_path):
+    ds = ray_local.data.range(N, override_num_blocks=4).map_batches(
+        lambda b: {"key": b["id"] % 997, "v": b["id"]}, batch_format="numpy")
+
+    def sizes(rows: dict) -> dict:
+        keys, counts = np.unique(rows["key"], return_counts=True)
+        return {"key": keys, "n": counts, "call": np.full(len(keys), uuid.uuid4().hex)}
+
+    out_ds, shuffled = sh.group_apply(ds, sizes, key="key", partitions=PARTS, folder=str(tmp_path / "g"),
+                                      file_bytes=16 << 10, ranges=3, memory_bytes=4 << 10)
+    out = out_ds.take_all()
+    assert shuffled.ranges == 3 and len(shuffled.files) > 4
+    want = collections.Counter((np.arange(N) % 997).tolist())
+    assert {r["key"]: r["n"] for r in out} == want and len(out) == len(want)
+    by_part = collections.defaultdict(set)  # the partition of a key: hash_partition's
+    for r in out:
+        by_part[int(sh.hash_partition(np.array([r["key"]]), PARTS)[0])].add(r["call"])
+    assert len(by_part) == PARTS and all(len(c) == 1 for c in by_part.values())
+    shuffled.remove()
 
 
 def test_reduce_of_an_empty_shuffle(ray_local, tmp_path):
     from ray.data.expressions import col
 
     ds = ray_local.data.range(10).map_batches(_keyed, batch_format="numpy", fn_kwargs={"partitions": 3})
-    shuffled = sh.shuffle(ds.filter(expr=col("v") < 0), partitions=3, folder=str(tmp_path))
-    assert shuffled.files == () and shuffled.rows == 0
-    assert sh.reduce(shuffled, _groups, with_partition=True).take_all() == []
+    shuffled = sh.shuffle(ds.filter(expr=col("v") < 0), partitions=3, folder=str(tmp_path / "e"))
+    assert shuffled.files == () and shuffled.rows == 0 and shuffled.stats["map_files"] == 0
+    assert shuffled.ranges == 3  # at most one per partition
+    assert storage.find(str(tmp_path / "e")) == []
+    assert sh.reduce(shuffled, _calls, with_partition=True).take_all() == []
     assert sh.read_partition(shuffled, 2) is None
+    assert all(list(sh.read_range(shuffled, r)) == [] for r in range(3))
+    shuffled.remove()  # nothing to remove: no error
 
 
-def test_shuffle_on_s3_reads_partitions_by_ranges(ray_s3):
+def test_shuffle_on_s3_reads_ranges(ray_s3):
     ray, s3 = ray_s3
     folder = s3.bucket("shuffle") + "/work/x"
+    parts = 4
     ds = ray.data.range(5000, override_num_blocks=8).map_batches(_keyed, batch_format="numpy",
-                                                                fn_kwargs={"partitions": 4})
-    shuffled = sh.shuffle(ds, partitions=4, folder=folder, file_bytes=20 << 10)
-    assert len(shuffled.files) > 1 and storage.listdir(folder) == [f.name for f in shuffled.files]
-    total = 0
-    for p in range(4):
-        rows = sh.read_partition(shuffled, p)
-        keys = rows.column("k").to_numpy()
-        assert (sh.hash_partition(keys, 4) == p).all()
-        total += rows.num_rows
-    assert total == 5000
+                                                                fn_kwargs={"partitions": parts})
+    shuffled = sh.shuffle(ds, partitions=parts, folder=folder, file_bytes=20 << 10, ranges=3)
+    names = [f.name for f in shuffled.files]
+    assert len(names) > 1 and storage.find(folder) == names
+    assert all(re.fullmatch(r"[0-9a-f]{2}/map-[0-9a-f]{24}\.arrows", n) for n in names)
+    assert storage.listdir(folder) == sorted({n[:2] for n in names})
+    seen = []
+    for r, (lo, hi) in enumerate(_bounds(parts, 3)):
+        got = list(sh.read_range(shuffled, r, memory_bytes=8 << 10))
+        assert [p for p, _ in got] == list(range(lo, hi))
+        for p, rows in got:
+            assert (rows.column("k").to_numpy() % parts == p).all()
+            seen.extend(rows.column("v").to_pylist())
+    assert sorted(seen) == list(range(5000))
+    whole = sh.read_partition(shuffled, 3)
+    assert (whole.column("k").to_numpy() % parts == 3).all()
     with pytest.raises(IndexError):
-        sh.read_partition(shuffled, 4)
+        sh.read_partition(shuffled, parts)
+    shuffled.remove()
+    assert storage.find(folder) == []
