@@ -68,7 +68,8 @@ Trainer integration (every rank, after ``init_distributed``, BEFORE building the
         plan = D.on_rank0(lambda: plan_resume(step_dir, world_size=world_size, zero_stage=stage,
                                               precision=cfg.train.precision))
         log.info(plan.message)
-        prepare_universal(plan, rank=rank, barrier=D.barrier)   # rank 0 converts, the rest wait
+        wait = D.barrier_within(conversion_timeout(step_dir)) if plan.universal else D.barrier
+        prepare_universal(plan, rank=rank, barrier=wait)         # rank 0 converts, the rest wait
     ds_config = ds_config_for_resume(ds_config, plan)           # checkpoint.load_universal
     engine = D.build_engine(module, optimizer, scheduler, ds_config)
     if plan is not None:

@@ -224,8 +224,8 @@ class ShardConfig:
 @dataclass
 class ShuffleConfig:
     """Sizes of the storage shuffles (the dedups and the shard shuffle; pipelines/engine/shuffle.py).
-    They change a build's requests, memory and speed, never its outputs, so no stage's cache key
-    covers them."""
+    They change a build's requests, memory and speed, never its shards, so neither a stage's cache
+    key nor the build's identity covers them (the manifest records them)."""
     map_file_mb: float = 128  # rows per map file: a map task sorts about 3x this in memory
     partition_mb: float = 64  # rows per partition: one reduce call holds one partition
     reduce_tasks: int = 0  # reduce tasks per shuffle; 0: two per CPU of the cluster (at least 8)

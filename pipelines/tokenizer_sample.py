@@ -68,7 +68,11 @@ def chosen_texts(sample: Parts, max_bytes: int) -> list[str]:
     for first in range(0, len(files), READ_BATCH):
         batch = files[first:first + READ_BATCH]
         blobs = storage.read_ranges([(storage.join(sample.folder, f["name"]), 0, int(f["bytes"])) for f in batch])
-        tables += [pq.read_table(pa.BufferReader(b)) for b in blobs]
+        for f, blob in zip(batch, blobs):
+            if len(blob) != int(f["bytes"]):
+                raise storage.StorageError(f"{storage.join(sample.folder, f['name'])}: {len(blob)} bytes on the "
+                                           f"store, {f['bytes']} written")
+            tables.append(pq.read_table(pa.BufferReader(blob)))
     if not tables:
         return []
     table = pa.concat_tables(tables)

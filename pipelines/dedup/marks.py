@@ -7,13 +7,13 @@ pairs go through one more storage shuffle whose partition is that index, so part
 holds exactly the marks of part ``f``; its reduce tasks (a fixed number, like every shuffle's)
 write each non-empty partition as one small object, ``by-part/part-<f>.arrow``, and return its
 part number, row count and crc32. The marking pass reads the parts again with the same read
-tasks; a task whose part has marks reads that one object (one GET), checks its crc32, sorts it
+tasks; a task reading a part with marks reads that one object (one GET), checks its crc32, sorts it
 by uid and marks its rows with a binary search. Text never moves, the driver holds one
 ``(part, rows, crc32)`` triple per part with marks (never a mark), and a task's memory is its own
 part's marks.
 
 Requests: the shuffle's ``M`` PUTs and ``2 M R`` GETs (``R`` fixed by the cluster), then one PUT
-and one GET per part with marks: linear in the data. The previous design read each part's
+and one GET per read task of a part with marks: linear in the data. The previous design read each part's
 partition straight from the map files, two ranged GETs per (map file, part): their product.
 The one before gathered every pair on the driver and broadcast the whole table to every task.
 """
@@ -54,6 +54,8 @@ def _by_file(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 
 def _write_part(table: pa.Table, *, partition: int, folder: str) -> dict[str, np.ndarray]:
+    # sorted, so the object's bytes (and crc32) do not depend on the order the rows arrived in
+    table = table.take(pa.array(np.lexsort((table.column("v").to_numpy(), table.column("u").to_numpy()))))
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema) as writer:
         writer.write_table(table)

@@ -95,6 +95,8 @@ def encode_map_file(table: pa.Table, partitions: int, ranges: int) -> bytes:
     if len(part) and (part.min() < 0 or part.max() >= partitions):
         raise ValueError(f"shuffle: partition numbers must be in [0, {partitions}), got "
                          f"[{part.min()}, {part.max()}]")
+    if partitions >= 2**31:  # the partition column is int32
+        raise ValueError(f"shuffle: {partitions} partitions; at most 2**31 - 1 (raise shuffle.partition_mb)")
     if not 1 <= ranges <= max(1, partitions):
         raise ValueError(f"shuffle: {ranges} ranges for {partitions} partitions (want 1 to {partitions})")
     order = np.argsort(part, kind="stable")

@@ -68,6 +68,8 @@ def init_ray(address: str | None = None, *, num_cpus: int | None = None, worker_
 
         env = storage.worker_env()
         env.update(WORKER_THREAD_ENV, RAY_ENABLE_UV_RUN_RUNTIME_ENV="0")
+        if os.environ.get("ELECTRA_SPILL_DIR"):  # where reduce tasks spill (pipelines.engine.spill)
+            env["ELECTRA_SPILL_DIR"] = os.environ["ELECTRA_SPILL_DIR"]
         # Folder paths, not module objects: inside a Ray Job the runtime_env is deep-copied, and
         # module objects cannot be pickled.
         modules = [os.path.dirname(m.__file__) for m in (common, pipelines)]
@@ -157,19 +159,24 @@ def drop_stale_no_cpu_warning() -> None:
         logger.addFilter(_StaleNoCpuWarning())
 
 
-# Blocks of a list of read tasks: at most this many per CPU of the cluster, and at least
-# MIN_TASK_BLOCKS (while there are that many tasks). Ray Data keeps state for every block of a
-# Dataset on the driver (references, metadata, statistics: tens of KB each), so one block per
-# read task made the driver grow with the data; a fixed number of blocks per CPU keeps every
-# CPU busy and the driver's share flat. What a stage writes does not depend on it: documents
-# are keyed by their own ids, parts named by their content, examples packed per document.
+# Blocks of a list of read tasks: TASK_BLOCKS_PER_CPU per CPU of the cluster, at least
+# MIN_TASK_BLOCKS, and at least one per TASKS_PER_BLOCK tasks (never more blocks than tasks).
+# Ray Data keeps state for every block of a Dataset on the driver (references, metadata,
+# statistics: tens of KB each), so one block per read task made the driver grow with the data at
+# that rate; grouping the tasks divides it by up to TASKS_PER_BLOCK. The last floor is for
+# autoscaling clusters, whose CPUs at the start (a head with none) say nothing of the CPUs the
+# stage will run on: a big stage still gets enough blocks to use them. The corpus does not
+# depend on the grouping (documents are keyed by their own ids, examples packed per document,
+# shards sorted); the parts in between, and the rejected/ files, are cut per block, so their
+# names and number do.
 TASK_BLOCKS_PER_CPU = 4
 MIN_TASK_BLOCKS = 16
+TASKS_PER_BLOCK = 32
 
 
 def task_items(tasks: list[dict], *, cpus: int | None = None) -> Any:
     """``tasks`` as a Ray Dataset of ``min(len(tasks), max(MIN_TASK_BLOCKS, TASK_BLOCKS_PER_CPU x
-    CPUs))`` blocks, task ``i`` in block ``i mod blocks`` (tasks come largest first, so each block
+    CPUs, len(tasks) / TASKS_PER_BLOCK))`` blocks, task ``i`` in block ``i mod blocks`` (tasks come largest first, so each block
     gets a share of large and small ones). One item per task; a block's tasks run one after
     another in the task that reads the block."""
     import ray
@@ -179,7 +186,7 @@ def task_items(tasks: list[dict], *, cpus: int | None = None) -> Any:
             cpus = int(ray.cluster_resources().get("CPU", 0))
         except Exception:  # noqa: BLE001 (no cluster view: the floor applies)
             cpus = 0
-    k = max(1, min(len(tasks), max(MIN_TASK_BLOCKS, TASK_BLOCKS_PER_CPU * cpus)))
+    k = max(1, min(len(tasks), max(MIN_TASK_BLOCKS, TASK_BLOCKS_PER_CPU * cpus, -(-len(tasks) // TASKS_PER_BLOCK))))
     # from_items cuts its list into k contiguous runs, the first len % k one longer: lay the
     # tasks out so that run b holds tasks b, b + k, b + 2k, ...
     ordered = [t for b in range(k) for t in tasks[b::k]]

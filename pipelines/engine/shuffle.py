@@ -30,11 +30,14 @@ Task ``r`` makes two ranged reads per map file: its trailer record (20 bytes; th
 too for the last range), then its slice. The slices go through a ``RangeSpill``
 (``pipelines.engine.spill``): buffered up to ``memory_bytes``, then sorted by partition into
 local run files; the reduce function then gets one partition at a time, its rows in map-file
-order. Map files are read in batches (``READ_BATCH`` files, data reads of at most a quarter of
-the budget in flight), so a task's memory is its buffer, one batch and one partition, whatever
-the data's size.
+order (each range starts reading at its own place in the name-ordered list of files, so that
+the tasks' reads spread over the key prefixes; the reduce functions do not depend on the order
+of rows within a partition). Map files are read in batches (``READ_BATCH`` files, data reads of
+at most a quarter of the budget in flight), so a task's memory is its buffer, one batch, one
+partition and the spill's small indexes (``pipelines.engine.spill``), whatever the data's size.
 
-How the requests grow. Per shuffle: M PUTs (M map files, bytes / ``file_bytes``), no LIST, and
+How the requests grow. Per shuffle: M PUTs (M map files, bytes / ``file_bytes``; each checked
+with a HEAD), one LIST when the folder is removed, and
 2 x M x R GETs, R fixed by the cluster: linear in the data (10x the data, 10x the requests, each
 reading 1/R of a map file). Bytes read = the map files' bytes once plus 8 bytes per (map file,
 boundary between two ranges): 8 (R - 1) M. The price of a fixed R is that a reduce task's share grows
@@ -190,7 +193,7 @@ def shuffle(ds: Any, *, partitions: int, folder: str, file_bytes: int = FILE_BYT
     for bundle in ds.iter_internal_ref_bundles():
         for entry in bundle.blocks:
             blocks += 1
-            if not entry.metadata.num_rows:
+            if entry.metadata.num_rows == 0:
                 continue
             pending.append(entry.ref)
             pending_bytes += int(entry.metadata.size_bytes or 0)
@@ -206,15 +209,19 @@ def shuffle(ds: Any, *, partitions: int, folder: str, file_bytes: int = FILE_BYT
 
 
 def read_range(shuffled: Shuffled, r: int, *, memory_bytes: int = TASK_MEMORY_BYTES) -> Iterator[tuple[int, pa.Table]]:
-    """``(partition, rows)`` of each non-empty partition of range ``r``, in order (rows in map-file
-    order, without ``_part``), read with two ranged reads per map file and at most about
-    ``memory_bytes`` of slices in memory (the rest spilled to local disk). Raises
+    """``(partition, rows)`` of each non-empty partition of range ``r``, in order (rows in the order
+    of the map files as this range reads them, without ``_part``: the reduce functions must not
+    depend on it), read with two ranged reads per map file and at most about ``memory_bytes`` of
+    slices in memory (the rest spilled to local disk). Raises
     ``MapFileError`` for a map file that is short, damaged or not of this shuffle."""
     if not 0 <= r < shuffled.ranges:
         raise IndexError(f"range {r} of a {shuffled.ranges}-range shuffle")
     lo, hi = shuffled.bounds(r)
-    files = shuffled.files
-    with RangeSpill(lo, hi, budget=memory_bytes) as spill:
+    # Each range starts at its own place in the (name-ordered) list, so the tasks' concurrent
+    # reads fall on different key prefixes rather than all on the first few.
+    start = r * len(shuffled.files) // shuffled.ranges
+    files = shuffled.files[start:] + shuffled.files[:start]
+    with RangeSpill(lo, hi, budget=memory_bytes, name=f"{shuffled.folder}#{r}") as spill:
         for first in range(0, len(files), READ_BATCH):
             batch = files[first:first + READ_BATCH]
             uris = [storage.join(shuffled.folder, f.name) for f in batch]

@@ -2,29 +2,40 @@
 
 A reduce task owns a contiguous range of partitions (``pipelines.engine.map_file``) and receives
 its range's slice of every map file, in map-file order: rows of all its partitions mixed. It
-must hand each partition's rows to the reduce function whole, in the order the map files and
-their rows give (so the output does not depend on the task's memory). The range's bytes grow
-with the data (a fixed number of ranges, so that requests stay linear), so they cannot be held:
+must hand each partition's rows to the reduce function whole, in the order they were added (so
+the output does not depend on the task's memory). The range's bytes grow with the data (a fixed
+number of ranges, so that requests stay linear), so they cannot be held:
 
-* Slices are appended to a buffer. When it holds ``budget`` bytes it is sorted by partition
-  (stable) and written to a local *run* file, an Arrow IPC file with one record batch per
-  non-empty partition, and a small index ``partition -> batch`` is kept (``R_p`` ints per run).
-* ``partitions()`` then yields, for each partition of the range in order, its batches from every
-  run in run order followed by its rows still in the buffer (sorted once, at the end): the same
-  rows, in the same order, as concatenating the partition's rows slice after slice.
+* Slices are appended to a buffer. When it holds ``budget`` bytes, its rows are written to a
+  local *run* file (an Arrow IPC file) partition by partition, each partition's rows taken out of
+  the buffer on their own (so the copy held is one partition's, not the buffer's); the run keeps
+  one int64 per partition of the range: its row count, from which a partition's record batch is
+  found.
+* Runs are merged by levels (as an LSM tree compacts): ``MAX_RUNS`` consecutive runs of one level
+  become one run of the next, partition by partition, their rows in run order, so the order is
+  kept. The runs open at once, and their indexes, stay at ``MAX_RUNS`` per level; each row is
+  rewritten about log_MAX_RUNS(range bytes / budget) times.
+* ``partitions()`` then yields, for each partition of the range in order, its rows from every
+  run in run order followed by its rows still in the buffer: the same rows, in the same order, as
+  concatenating the partition's rows slice after slice.
 
 Memory: the buffer (at most ``budget`` bytes, plus the slice that crossed it), one partition's
-rows while its reduce call runs (``shuffle.partition_mb`` of rows: partitions follow the data),
-and the run indexes (a few ints per partition per run). Runs are read through memory maps, one
-partition at a time: their pages are the kernel's page cache, reclaimable, not the task's heap.
-Local disk: the range's bytes once, in the system's temp folder (``ELECTRA_SPILL_DIR`` or
-``TMPDIR``), removed when the task ends, even on error. The alternative, a streaming k-way merge
-of the map files' sorted slices (datatrove's MinHash buckets), needs one open stream per map
-file, thousands at scale; one sequential read of each slice into local runs keeps the store's
-requests at one per map file and its connections few.
+rows (``shuffle.partition_mb`` of rows: partitions follow the data) while it is written or while
+its reduce call runs, and up to ``MAX_RUNS`` runs' indexes per level (16 bytes per partition of
+the range each). Runs are
+read through memory maps, one partition at a time: their pages are the kernel's page cache,
+reclaimable, not the task's heap. Local disk: the range's bytes (more by one merge's output while
+it runs), in
+``ELECTRA_SPILL_DIR`` or the system's temp folder, in a folder tagged with the shuffle, the range
+and the process: removed when the task ends, even on error, and by the next attempt of the same
+range on that node if a kill left it behind (its process is gone). The alternative, a streaming k-way merge of the map files' sorted slices
+(datatrove's MinHash buckets), needs one open stream per map file, thousands at scale; one
+sequential read of each slice into local runs keeps the store's requests at one per map file
+and its connections few.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import tempfile
@@ -36,19 +47,55 @@ import pyarrow as pa
 from pipelines.engine.map_file import PART
 
 SPILL_DIR_ENV = "ELECTRA_SPILL_DIR"
+MAX_RUNS = 64
+
+
+def spill_root() -> str:
+    """Where reduce tasks spill: ``ELECTRA_SPILL_DIR`` if set, else the system's temp folder."""
+    return os.path.join(os.environ.get(SPILL_DIR_ENV) or tempfile.gettempdir(), "electra-spill")
+
+
+class _Run:
+    """A run file: partitions' rows in partition order, one record batch per non-empty partition."""
+
+    def __init__(self, path: str, counts: np.ndarray, schema: pa.Schema, level: int):
+        self.path, self.counts, self.schema, self.level = path, counts, schema, level
+        nonempty = counts > 0
+        self.batch = np.where(nonempty, np.cumsum(nonempty) - 1, -1)  # partition i -> its batch
+        self._reader: pa.ipc.RecordBatchFileReader | None = None
+
+    def rows(self, i: int) -> pa.RecordBatch | None:
+        if self.batch[i] < 0:
+            return None
+        if self._reader is None:
+            self._reader = pa.ipc.open_file(pa.memory_map(self.path))
+        return self._reader.get_batch(int(self.batch[i]))
+
+    def remove(self) -> None:
+        self._reader = None
+        os.remove(self.path)
 
 
 class RangeSpill:
-    """Rows of partitions ``[lo, hi)`` added in order; read back one partition at a time."""
+    """Rows of partitions ``[lo, hi)`` added in order; read back one partition at a time.
 
-    def __init__(self, lo: int, hi: int, *, budget: int):
+    ``name`` (a shuffle's folder and range) tags the local folder (``<tag>.<pid>.<random>``), so
+    that a later attempt of the same range removes what a killed one left there."""
+
+    def __init__(self, lo: int, hi: int, *, budget: int, name: str = ""):
         self.lo, self.hi, self.budget = lo, hi, max(1, int(budget))
+        self.name = name
         self._buffer: list[pa.Table] = []
         self._buffered = 0
-        self._runs: list[tuple[str, dict[int, tuple[int, ...]]]] = []
+        self._runs: list[_Run] = []
         self._dir: str | None = None
+        self._tag = hashlib.blake2b(name.encode(), digest_size=8).hexdigest() if name else ""
+        if self._tag:
+            self._remove_stale()
+        self._made = 0
         self.peak_buffered = 0  # the most bytes the buffer held (a task's share of memory)
         self.spilled_bytes = 0
+        self.merges = 0
 
     def add(self, table: pa.Table) -> None:
         if not table.num_rows:
@@ -59,62 +106,99 @@ class RangeSpill:
         if self._buffered >= self.budget:
             self._spill()
 
-    def _sorted_buffer(self) -> tuple[pa.Table, np.ndarray, np.ndarray]:
+    def _take_buffer(self) -> tuple[pa.Table, np.ndarray, np.ndarray]:
+        """The buffer as one table (chunks, not copied), the order of its rows by partition
+        (stable) and each partition's row count."""
         table = pa.concat_tables(self._buffer) if len(self._buffer) > 1 else self._buffer[0]
         self._buffer, self._buffered = [], 0
         part = table.column(PART).to_numpy(zero_copy_only=False).astype(np.int64)
         order = np.argsort(part, kind="stable")
-        table = table.take(pa.array(order))
-        counts = np.bincount(part - self.lo, minlength=self.hi - self.lo)
-        return table, counts, np.concatenate([[0], np.cumsum(counts)])
+        return table, order, np.bincount(part - self.lo, minlength=self.hi - self.lo)
+
+    def _folder(self) -> str:
+        if self._dir is None:
+            root = spill_root()
+            os.makedirs(root, exist_ok=True)
+            prefix = f"{self._tag}." if self._tag else "range-"
+            self._dir = tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}.", dir=root)
+        return self._dir
+
+    def _remove_stale(self) -> None:
+        """Remove this range's folders left by processes no longer alive (a killed attempt): they
+        are named ``<tag>.<pid>.<random>``; a live one (another read of the same range, in this
+        process or another) is never touched."""
+        root = spill_root()
+        try:
+            names = os.listdir(root)
+        except FileNotFoundError:
+            return
+        for entry in names:
+            tag, _, rest = entry.partition(".")
+            pid = rest.partition(".")[0]
+            if tag != self._tag or not pid.isdigit():
+                continue
+            try:
+                os.kill(int(pid), 0)
+            except ProcessLookupError:
+                shutil.rmtree(os.path.join(root, entry), ignore_errors=True)
+            except PermissionError:  # alive, another user's
+                pass
+
+    def _write_run(self, schema: pa.Schema, counts: np.ndarray, rows_of, level: int = 0) -> None:
+        path = os.path.join(self._folder(), f"run-{self._made:06d}.arrow")
+        self._made += 1
+        with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
+            for i in np.flatnonzero(counts):
+                writer.write_batch(rows_of(int(i)).combine_chunks().to_batches()[0])
+        self._runs.append(_Run(path, counts, schema, level))
+        self.spilled_bytes += os.path.getsize(path)
 
     def _spill(self) -> None:
-        if self._dir is None:
-            base = os.environ.get(SPILL_DIR_ENV) or None
-            if base:
-                os.makedirs(base, exist_ok=True)
-            self._dir = tempfile.mkdtemp(prefix="electra-spill-", dir=base)
-        table, counts, starts = self._sorted_buffer()
-        path = os.path.join(self._dir, f"run-{len(self._runs):06d}.arrow")
-        index: dict[int, tuple[int, ...]] = {}
-        written = 0
-        with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
-            for i in np.flatnonzero(counts):
-                # a slice of a concatenated table may span several chunks: one batch per chunk
-                batches = table.slice(int(starts[i]), int(counts[i])).to_batches()
-                for batch in batches:
-                    writer.write_batch(batch)
-                index[self.lo + int(i)] = tuple(range(written, written + len(batches)))
-                written += len(batches)
-        self._runs.append((path, index))
-        self.spilled_bytes += os.path.getsize(path)
+        table, order, counts = self._take_buffer()
+        starts = np.concatenate([[0], np.cumsum(counts)])
+        self._write_run(table.schema, counts,
+                        lambda i: table.take(pa.array(order[starts[i]:starts[i + 1]])))
         del table
+        while len(self._runs) >= MAX_RUNS and len({r.level for r in self._runs[-MAX_RUNS:]}) == 1:
+            self._merge()
+
+    def _merge(self) -> None:
+        """The last ``MAX_RUNS`` runs (all of one level, consecutive) as one run of the next level,
+        partition by partition, in run order: the runs stay in the order their rows came."""
+        old = self._runs[-MAX_RUNS:]
+        del self._runs[-MAX_RUNS:]
+        counts = np.sum([r.counts for r in old], axis=0)
+        def rows_of(i: int) -> pa.Table:
+            return pa.Table.from_batches([b for b in (r.rows(i) for r in old) if b is not None])
+
+        self._write_run(old[0].schema, counts, rows_of, level=old[0].level + 1)
+        for r in old:
+            self.spilled_bytes -= os.path.getsize(r.path)
+            r.remove()
+        self.merges += 1
 
     def partitions(self) -> Iterator[tuple[int, pa.Table]]:
         """``(partition, rows without the partition column)`` for each non-empty partition, in order."""
-        tail = tail_starts = tail_counts = None
+        tail = order = tail_counts = tail_starts = None
         if self._buffer:
-            tail, tail_counts, tail_starts = self._sorted_buffer()
-        readers = [(pa.ipc.open_file(pa.memory_map(path)), index) for path, index in self._runs]
-        for p in range(self.lo, self.hi):
-            pieces: list[pa.RecordBatch] = []
-            for reader, index in readers:
-                for b in index.get(p, ()):
-                    pieces.append(reader.get_batch(b))
+            tail, order, tail_counts = self._take_buffer()
+            tail_starts = np.concatenate([[0], np.cumsum(tail_counts)])
+        for i in range(self.hi - self.lo):
+            pieces = [b for b in (r.rows(i) for r in self._runs) if b is not None]
             rows = pa.Table.from_batches(pieces) if pieces else None
-            if tail is not None and tail_counts[p - self.lo]:
-                more = tail.slice(int(tail_starts[p - self.lo]), int(tail_counts[p - self.lo]))
+            if tail is not None and tail_counts[i]:
+                more = tail.take(pa.array(order[tail_starts[i]:tail_starts[i + 1]]))
                 rows = more if rows is None else pa.concat_tables([rows, more])
             if rows is None:
                 continue
-            yield p, rows.drop_columns([PART])
+            yield self.lo + i, rows.drop_columns([PART])
             del rows, pieces
 
     def close(self) -> None:
+        self._runs, self._buffer = [], []
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None
-        self._buffer, self._runs = [], []
 
     def __enter__(self) -> "RangeSpill":
         return self

@@ -79,7 +79,9 @@ class CorpusBuild:
             self.keys[s.name] = digest({"code": CODE_VERSION, "libraries": LIBRARIES, "stage": s.name,
                                         "config": cfg.sections(s.sections),
                                         "inputs": [self.keys[i] for i in s.inputs], "extra": extra})
-        self.build_key = digest({"stages": self.keys, "config": cfg.to_dict()})
+        # shuffle.* changes requests and memory, never the corpus: not part of the build's identity
+        self.build_key = digest({"stages": self.keys,
+                                 "config": {k: v for k, v in cfg.to_dict().items() if k != "shuffle"}})
         self._results: dict[str, StageResult | None] = {}
 
     # ------------------------------------------------------------------ locations and markers

@@ -69,3 +69,38 @@ def test_no_pairs_no_objects(ray_local, tmp_path):
     ds = ray_local.data.from_items([{"u": 1, "v": 0, "file": 0}]).filter(lambda r: r["u"] < 0)
     marks = mk.build_marks(ds, num_files=3, folder=str(tmp_path / "m"), name="t")
     assert marks.count == 0 and marks.folder is None and mk.read_marks(marks, 0) is None
+
+
+def test_a_parts_object_does_not_depend_on_the_order_its_marks_arrive_in(ray_local, tmp_path):
+    """Built twice from the same pairs, shuffled differently (another order of the rows, other map
+    files, ranges, blocks and reduce memory, so other orders of arrival): the same objects, byte
+    for byte, and so the same crc32s. Each holds its part's marks sorted by (u, v), as an Arrow
+    stream of the columns u, v that one table written here also gives."""
+    rng = np.random.default_rng(11)
+    n = 900
+    u = rng.integers(0, 400, n).astype(np.int64)  # repeated u: the order among them is v's
+    v = rng.integers(0, 1 << 40, n).astype(np.int64)
+    file = rng.integers(0, 5, n)
+    rows = [{"u": int(a), "v": int(b), "file": int(f)} for a, b, f in zip(u, v, file)]
+    assert len(set(zip(u.tolist(), file.tolist()))) < n  # some part gets one u twice
+
+    def objects(order, folder, **kwargs) -> tuple[mk.Marks, dict[int, bytes]]:
+        ds = ray_local.data.from_items([rows[i] for i in order], override_num_blocks=kwargs.pop("blocks"))
+        marks = mk.build_marks(ds, num_files=5, folder=str(tmp_path / folder), name="t", **kwargs)
+        return marks, {int(p): storage.read_bytes(marks.uri(int(p))) for p in marks.parts}
+
+    first, a = objects(np.arange(n), "a", blocks=1, file_bytes=1 << 20, ranges=1)
+    second, b = objects(rng.permutation(n), "b", blocks=6, file_bytes=2 << 10, ranges=3, memory_bytes=256)
+    assert first.stats["map_files"] == 1 and second.stats["map_files"] > 3  # shuffled differently
+    assert sorted(a) == sorted(b) == sorted(set(file.tolist()))
+    assert a == b
+    assert first.crcs.tolist() == second.crcs.tolist()
+    for p, data in a.items():
+        order = np.lexsort((v[file == p], u[file == p]))
+        want = pa.table({"u": u[file == p][order], "v": v[file == p][order]})
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, want.schema) as writer:
+            writer.write_table(want)
+        assert data == sink.getvalue().to_pybytes()
+        got = mk.read_marks(second, p)
+        assert got.equals(want)

@@ -202,6 +202,21 @@ def test_partition_numbers_and_range_counts_are_checked():
     for ranges in (0, -1, 6):
         with pytest.raises(ValueError, match=rf"^shuffle: {ranges} ranges for 5 partitions \(want 1 to 5\)$"):
             mf.encode_map_file(pa.table({"k": [1], mf.PART: [0]}), 5, ranges)
+    # the written _part column is int32: 2**31 partitions and more are refused, naming the setting
+    # that makes fewer (larger) partitions; 2**31 - 1 is the largest number that is written
+    for partitions in (2**31, 2**31 + 5, 2**40):
+        for part in ([0, 1], [0, 2**31 - 1]):
+            with pytest.raises(ValueError, match=rf"^shuffle: {partitions} partitions; at most 2\*\*31 - 1 "
+                                                 r"\(raise shuffle\.partition_mb\)$"):
+                mf.encode_map_file(pa.table({"k": [1, 2], mf.PART: pa.array(part, pa.int64())}), partitions, 2)
+    top = 2**31 - 1
+    data = mf.encode_map_file(pa.table({"k": [1, 2, 3], mf.PART: pa.array([top - 1, 0, 7], pa.int64())}), top, 2)
+    offsets, _, tail = _trailer(data, 2)
+    assert tail == (top, 2, mf.MAGIC)
+    got = [pa.ipc.open_stream(pa.py_buffer(data[offsets[r]:offsets[r + 1]])).read_all() for r in range(2)]
+    assert got[0].schema.field(mf.PART).type == pa.int32()
+    assert got[0].column(mf.PART).to_pylist() == [0, 7] and got[0].column("k").to_pylist() == [2, 3]
+    assert got[1].column(mf.PART).to_pylist() == [top - 1] and got[1].column("k").to_pylist() == [1]
     # R == P and R == 1 are both valid; an empty table gives R empty slices and a trailer
     for ranges in (1, 5):
         data = mf.encode_map_file(pa.table({"k": pa.array([], pa.int64()), mf.PART: pa.array([], pa.int64())}), 5,

@@ -23,10 +23,11 @@ def test_data_context_settings(ray_local):
 
 def test_read_tasks_go_into_a_bounded_number_of_blocks(ray_local):
     """The driver's share follows the blocks: their number follows the CPUs, not the tasks."""
-    from pipelines.engine.raydata import MIN_TASK_BLOCKS, TASK_BLOCKS_PER_CPU, task_items
+    from pipelines.engine.raydata import MIN_TASK_BLOCKS, TASK_BLOCKS_PER_CPU, TASKS_PER_BLOCK, task_items
 
-    for n, cpus, blocks in [(5, 2, 5), (16, 2, 16), (1000, 2, MIN_TASK_BLOCKS), (1000, 64, 64 * TASK_BLOCKS_PER_CPU),
-                            (100, 64, 100)]:
+    assert (MIN_TASK_BLOCKS, TASK_BLOCKS_PER_CPU, TASKS_PER_BLOCK) == (16, 4, 32)  # the cases below assume them
+    for n, cpus, blocks in [(5, 2, 5), (16, 2, 16), (300, 2, 16), (1000, 2, 32),  # ceil(1000 / 32)
+                            (1000, 64, 64 * 4), (100, 64, 100), (20_000, 2, 625)]:
         ds = task_items([{"i": i} for i in range(n)], cpus=cpus)
         assert ds.num_blocks() == blocks
         got = [[row["i"] for row in ref.to_pylist()] for ref in ds.iter_batches(batch_size=None, batch_format="pyarrow")]

@@ -1,5 +1,6 @@
 """The storage shuffle: map files with R range slices, R reduce tasks (one per range) that each
-make two ranged reads per map file and spill locally; on disk, through Ray, and on S3.
+make two ranged reads per map file, starting at their own place in the list of map files, and
+spill locally; on disk, through Ray, and on S3.
 
 Expected rows and request sizes are computed here (numpy, struct, hashlib) from the layout
 ``pipelines.engine.map_file`` documents, not asked of the module under test.
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import hashlib
+import os
 import re
 import struct
 import uuid
@@ -58,30 +60,52 @@ def _starts(data: bytes, ranges: int) -> list[int]:
 P, R, M = 12, 5, 4  # ranges [0, 2) [2, 4) [4, 7) [7, 9) [9, 12)
 
 
-def _write_files(folder) -> tuple[sh.Shuffled, list[np.ndarray], list[bytes]]:
+def _write_files(folder, m: int = M, ranges: int = R) -> tuple[sh.Shuffled, list[np.ndarray], list[bytes]]:
+    """``m`` map files of P partitions in ``ranges`` ranges, named in the order written (file i is
+    the i-th by name), keys ``1000 i + row``."""
     rng = np.random.default_rng(7)
     files, parts, blobs = [], [], []
-    for i in range(M):
+    for i in range(m):
         part = rng.integers(0, P, 500)
         part[part == 5] = 6  # partition 5 is empty everywhere
         if i == 3:
-            part[(part >= 4) & (part < 7)] = 0  # map file 3 holds nothing of range 2
+            part[(part >= 4) & (part < 7)] = 0  # map file 3 holds nothing of partitions 4-6 (range 2 of 5)
         table = pa.table({"k": np.arange(500, dtype=np.int64) + 1000 * i, "s": [f"{i}.{j}" for j in range(500)],
                           mf.PART: part})
-        data = mf.encode_map_file(table, P, R)
+        data = mf.encode_map_file(table, P, ranges)
         name = f"{i:02x}/map-{i}.arrows"
         storage.write_bytes(storage.join(str(folder), name), data)
         files.append(sh.MapFile(name, len(data), 500))
         parts.append(part)
         blobs.append(data)
-    return sh.Shuffled(str(folder), P, tuple(files), R), parts, blobs
+    assert [f.name for f in files] == sorted(f.name for f in files)  # the order Shuffled.files has
+    return sh.Shuffled(str(folder), P, tuple(files), ranges), parts, blobs
 
 
-def _want(parts: list[np.ndarray], lo: int, hi: int) -> dict[int, list[int]]:
-    """Each non-empty partition's keys: map files in order, rows in order within each."""
-    out = {p: [1000 * i + j for i, part in enumerate(parts) for j in np.flatnonzero(part == p).tolist()]
+def _order(r: int, m: int = M, ranges: int = R) -> list[int]:
+    """The map files range ``r`` reads, in order: the name-ordered list turned so that it starts
+    at file ``r m // R`` (each range at its own place), wrapping round to the ones before it."""
+    start = r * m // ranges
+    return sorted(range(m), key=lambda i: (i - start) % m)
+
+
+def _range_of(p: int, ranges: int = R) -> int:
+    return next(r for r, (lo, hi) in enumerate(_bounds(P, ranges)) if lo <= p < hi)
+
+
+def _want(parts: list[np.ndarray], lo: int, hi: int, order: list[int]) -> dict[int, list[int]]:
+    """Each non-empty partition's keys: map files in ``order`` (the range's), rows in order within each."""
+    out = {p: [1000 * i + j for i in order for j in np.flatnonzero(parts[i] == p).tolist()]
            for p in range(lo, hi)}
     return {p: ks for p, ks in out.items() if ks}
+
+
+def test_the_expected_orders_of_this_file():
+    """_order spelled out for the file's shapes: starts r M // R, each file once."""
+    assert [_order(r) for r in range(R)] == [[0, 1, 2, 3], [0, 1, 2, 3], [1, 2, 3, 0], [2, 3, 0, 1], [3, 0, 1, 2]]
+    assert [_order(r, 7, 3) for r in range(3)] == [[0, 1, 2, 3, 4, 5, 6], [2, 3, 4, 5, 6, 0, 1],
+                                                   [4, 5, 6, 0, 1, 2, 3]]
+    assert [_order(r, 2, 5) for r in range(5)] == [[0, 1], [0, 1], [0, 1], [1, 0], [1, 0]]
 
 
 def _got(shuffled: sh.Shuffled, r: int, **kwargs) -> dict[int, list[int]]:
@@ -113,10 +137,11 @@ def test_a_reduce_task_makes_two_reads_per_map_file(tmp_path, counted):
     read = 0
     for r, (lo, hi) in enumerate(_bounds(P, R)):
         counted.clear()
-        assert _got(shuffled, r) == _want(parts, lo, hi)
+        order = _order(r)
+        assert _got(shuffled, r) == _want(parts, lo, hi, order)
         index, slices = counted  # one batch of index reads, one group of data reads
-        assert len(index) == M  # one index read per map file
-        for (uri, a, b), f in zip(index, shuffled.files):
+        assert len(index) == M  # one index read per map file, in the range's order
+        for (uri, a, b), f in zip(index, [shuffled.files[i] for i in order], strict=True):
             assert uri == storage.join(str(tmp_path), f.name)
             assert a == f.bytes - (12 * R + 32) + 12 * r  # its record...
             if r < R - 1:
@@ -124,8 +149,8 @@ def test_a_reduce_task_makes_two_reads_per_map_file(tmp_path, counted):
             else:
                 assert (b - a, b) == (12 + 8 + 24, f.bytes)  # ...the end offset and the tail, to the end
         # one data read per map file whose slice of the range is not empty: exactly its slice
-        holding = [i for i, part in enumerate(parts) if ((part >= lo) & (part < hi)).any()]
-        assert holding == (list(range(M)) if r != 2 else [0, 1, 2])
+        holding = [i for i in order if ((parts[i] >= lo) & (parts[i] < hi)).any()]
+        assert sorted(holding) == (list(range(M)) if r != 2 else [0, 1, 2])
         want_slices = [(storage.join(str(tmp_path), shuffled.files[i].name), _starts(blobs[i], R)[r],
                         _starts(blobs[i], R)[r + 1]) for i in holding]
         assert slices == want_slices
@@ -137,48 +162,133 @@ def test_a_reduce_task_makes_two_reads_per_map_file(tmp_path, counted):
     assert read == written + 8 * (R - 1) * M
 
 
-def test_index_reads_go_in_batches_of_read_batch_files(tmp_path, counted, monkeypatch):
+@pytest.mark.parametrize("r", [1, 3])
+def test_index_reads_go_in_batches_of_read_batch_files(tmp_path, counted, monkeypatch, r):
     shuffled, parts, _ = _write_files(tmp_path)
     monkeypatch.setattr(sh, "READ_BATCH", 3)
-    lo, hi = _bounds(P, R)[1]
-    assert _got(shuffled, 1) == _want(parts, lo, hi)
+    lo, hi = _bounds(P, R)[r]
+    assert _got(shuffled, r) == _want(parts, lo, hi, _order(r))
     # batch 1: 3 index reads, then its 3 slices; batch 2: 1 index read, then its slice
     assert [len(c) for c in counted] == [3, 3, 1, 1]
     assert [c[0] for c in counted[0]] == [c[0] for c in counted[1]]
+    # the batches cut the range's order (range 3 starts at file 2: 2 3 0 | 1), not the name order
+    uris = [storage.join(str(tmp_path), shuffled.files[i].name) for i in _order(r)]
+    assert [c[0] for c in counted[0] + counted[2]] == uris
+
+
+@pytest.mark.parametrize("m,ranges", [(M, R), (7, 3), (10, 4), (12, 12), (2, 5), (1, 3)])
+@pytest.mark.parametrize("read_batch", [sh.READ_BATCH, 3])
+def test_each_range_starts_at_its_own_map_file_and_reads_each_once(tmp_path, counted, monkeypatch, m, ranges,
+                                                                    read_batch):
+    """Range r's first read is of file r M // R (the list wrapping round after it), every file's
+    trailer and slice read once per range; the ranges' first files spread over the list."""
+    shuffled, parts, blobs = _write_files(tmp_path, m, ranges)
+    monkeypatch.setattr(sh, "READ_BATCH", read_batch)
+    names = [storage.join(str(tmp_path), f.name) for f in shuffled.files]
+    firsts = []
+    for r, (lo, hi) in enumerate(_bounds(P, ranges)):
+        counted.clear()
+        assert _got(shuffled, r) == _want(parts, lo, hi, _order(r, m, ranges))
+        trailer = mf.trailer_bytes(ranges)
+        index = [c for c in counted for u, a, b in c[:1] if a >= shuffled.files[names.index(u)].bytes - trailer]
+        data = [c for c in counted if c not in index]
+        index_uris = [u for c in index for u, _, _ in c]
+        data_uris = [u for c in data for u, _, _ in c]
+        firsts.append(names.index(index_uris[0]))
+        assert firsts[-1] == r * m // ranges  # its first read is of file r M // R
+        assert collections.Counter(index_uris) == collections.Counter(names)  # each file once, none left out
+        assert index_uris == names[r * m // ranges:] + names[:r * m // ranges]  # then the rest, wrapping round
+        # one read of each file holding rows of the range, in the same order, exactly its slice
+        holding = [u for u in index_uris if ((parts[names.index(u)] >= lo) & (parts[names.index(u)] < hi)).any()]
+        assert data_uris == holding and len(set(data_uris)) == len(data_uris)
+        for u, a, b in (req for c in data for req in c):
+            starts = _starts(blobs[names.index(u)], ranges)
+            assert (a, b) == (starts[r], starts[r + 1])
+    if m >= ranges:  # concurrent ranges start on different files, spread evenly over the list
+        assert len(set(firsts)) == ranges
+        gaps = [b - a for a, b in zip(firsts, firsts[1:] + [firsts[0] + m])]
+        assert set(gaps) <= {m // ranges, -(-m // ranges)}
 
 
 class _Recording(sh.RangeSpill):
+    """A RangeSpill that records itself and, after each add, the folders under the spill root."""
     made: list["_Recording"] = []
+    root = ""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        self.folders_seen: set[str] = set()
         _Recording.made.append(self)
+
+    def add(self, table):
+        super().add(table)
+        if os.path.isdir(self.root):
+            self.folders_seen.update(os.listdir(self.root))
+
+
+def _dead_pid() -> int:
+    """The pid of a process that has exited (and been reaped): what a killed attempt leaves."""
+    import subprocess
+    import sys
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def _tag(name: str) -> str:
+    return hashlib.blake2b(name.encode(), digest_size=8).hexdigest()
 
 
 def test_a_small_memory_budget_spills_and_reads_the_same_rows(tmp_path, counted, monkeypatch):
     shuffled, parts, _ = _write_files(tmp_path / "s")
     monkeypatch.setenv("ELECTRA_SPILL_DIR", str(tmp_path / "spill"))
     monkeypatch.setattr(sh, "RangeSpill", _Recording)
+    monkeypatch.setattr(_Recording, "root", str(tmp_path / "spill" / "electra-spill"))
     for r, (lo, hi) in enumerate(_bounds(P, R)):
         for memory in (64, 1 << 40):
             _Recording.made.clear()
             counted.clear()
-            assert _got(shuffled, r, memory_bytes=memory) == _want(parts, lo, hi)
+            assert _got(shuffled, r, memory_bytes=memory) == _want(parts, lo, hi, _order(r))
             (spill,) = _Recording.made
+            assert spill.name == f"{shuffled.folder}#{r}"  # the shuffle's folder and the range
             data_calls = counted[1:]
             if memory == 64:  # data reads of at most 16 bytes at a time: every slice alone, each spilled
                 assert spill.spilled_bytes > 0 and all(len(c) == 1 for c in data_calls)
                 assert len(data_calls) == (M if r != 2 else M - 1)
+                # its runs in <ELECTRA_SPILL_DIR>/electra-spill/<blake2b of the name>.<pid>.<random>,
+                # and nowhere else
+                (seen,) = spill.folders_seen
+                assert seen.startswith(f"{_tag(f'{shuffled.folder}#{r}')}.{os.getpid()}.")
             else:
-                assert spill.spilled_bytes == 0 and len(data_calls) == 1
-    assert list((tmp_path / "spill").iterdir()) == []  # every task's runs removed
+                assert spill.spilled_bytes == 0 and len(data_calls) == 1 and spill.folders_seen == set()
+    assert os.listdir(tmp_path / "spill") == ["electra-spill"]
+    assert os.listdir(tmp_path / "spill" / "electra-spill") == []  # every task's runs removed
+
+
+def test_a_killed_reduce_tasks_spill_is_removed_by_the_next_attempt(tmp_path, monkeypatch):
+    """A reduce task killed mid-spill leaves its folder; the range's next attempt (same shuffle,
+    same range) removes it and reads the right rows; another range's folder stays."""
+    shuffled, parts, _ = _write_files(tmp_path / "s")
+    monkeypatch.setenv("ELECTRA_SPILL_DIR", str(tmp_path / "spill"))
+    root = tmp_path / "spill" / "electra-spill"
+    dead = _dead_pid()
+    left = {r: f"{_tag(f'{shuffled.folder}#{r}')}.{dead}.x" for r in (1, 4)}
+    live = f"{_tag(f'{shuffled.folder}#4')}.{os.getpid()}.y"  # another read of range 4, still running
+    for name in (*left.values(), live):
+        (root / name).mkdir(parents=True)
+        (root / name / "run-000000.arrow").write_bytes(b"killed attempt")
+    lo, hi = _bounds(P, R)[4]
+    assert _got(shuffled, 4, memory_bytes=64) == _want(parts, lo, hi, _order(4))
+    # range 4's leftover gone; range 1's and the live one kept
+    assert sorted(os.listdir(root)) == sorted([left[1], live])
 
 
 def test_read_partition_and_bad_numbers(tmp_path):
     shuffled, parts, _ = _write_files(tmp_path)
     for p in range(P):
         got = sh.read_partition(shuffled, p)
-        want = _want(parts, p, p + 1).get(p)
+        want = _want(parts, p, p + 1, _order(_range_of(p))).get(p)  # in the order its range reads
         assert (got.column("k").to_pylist() if got is not None else None) == want
     assert sh.read_partition(shuffled, 5) is None  # empty everywhere
     for bad in (-1, P):

@@ -223,3 +223,20 @@ def test_publish_sweeps_data_a_kill_left_behind(raw, clean, tmp_path):
     leftover.write_bytes(b"x")
     assert b.run() == manifest
     assert not leftover.parent.exists() and b.result("filter").pruned
+
+
+def test_shards_do_not_depend_on_shuffle_sizes_or_read_blocks(raw, clean, tmp_path, monkeypatch):
+    """``shuffle.*`` and the read tasks' grouping change requests and memory, never the corpus:
+    tiny map files and partitions, 3 reduce tasks spilling after 1 KB, and every stage read as
+    fewer blocks than tasks give the shards of the default build, byte for byte."""
+    from pipelines.engine import raydata
+
+    out, manifest = clean
+    monkeypatch.setattr(raydata, "MIN_TASK_BLOCKS", 1)
+    monkeypatch.setattr(raydata, "TASK_BLOCKS_PER_CPU", 1)
+    cfg = with_(CFG, shuffle__map_file_mb=0.004, shuffle__partition_mb=0.002, shuffle__reduce_tasks=3,
+                shuffle__task_memory_mb=0.001)
+    other = build(raw, tmp_path / "o", cfg).run()
+    assert sorted((s.path, s.sha256) for s in other.shards) == sorted((s.path, s.sha256) for s in manifest.shards)
+    near = other.stats["near_dedup"]["shuffles"][0]
+    assert near["ranges"] == 3 and near["map_files"] > 1 and near["partitions"] > 8
