@@ -154,7 +154,7 @@ def document_lines(text: str) -> list[str]:
 
 class ExamplePacker:
     """A batch of document rows -> a batch of example rows (the pack stage calls one instance per
-    Ray worker process, built once from the tokenizer on the store: ``stages._pack_batch``).
+    Ray worker process, built once from the tokenizer on the store: ``stages._pack_rows``).
     Input columns ``uid`` and ``text`` (others are
     ignored); output (a pyarrow table) ``uid``, ``ordinal`` (the example's index in its
     document), ``split``, ``input_ids`` (list of int32, unpadded) and ``b_start`` (index of the

@@ -314,10 +314,21 @@ def _packer(tokenizer_uri: str, cfg_json: str):
     return ExamplePacker(tok, PackConfig(**json.loads(cfg_json)))
 
 
-def _pack_batch(batch: dict[str, Any], *, tokenizer_uri: str, cfg_json: str) -> Any:
-    """One Ray batch of documents -> examples; the tokenizer is read from the store once per
-    worker process (workers share no disk with the driver)."""
-    return _packer(tokenizer_uri, cfg_json)(batch)
+def _pack_rows(table: Any, index: int, *, tokenizer_uri: str, cfg_json: str, batch_docs: int) -> Any:
+    """One read task's documents -> examples, ``batch_docs`` documents per packer call, in the
+    task that read them (a transform of ``Parts.read``). Not a ``map_batches`` with a batch size
+    after the read: Ray Data bundles input blocks up to that many rows before it starts a task,
+    and read tasks are a few rows each, so a whole stage went to ONE task (one CPU busy on any
+    cluster). The tokenizer is read from the store once per worker process."""
+    import pyarrow as pa
+
+    packer = _packer(tokenizer_uri, cfg_json)
+    out = []
+    for start in range(0, max(1, table.num_rows), batch_docs):  # an empty task: an empty table
+        rows = table.slice(start, batch_docs)
+        out.append(packer({"uid": rows.column("uid").to_numpy(zero_copy_only=False),
+                           "text": rows.column("text").to_numpy(zero_copy_only=False)}))
+    return pa.concat_tables(out) if len(out) > 1 else out[0]
 
 
 def _pack(run: StageRun) -> dict[str, Any]:
@@ -328,12 +339,11 @@ def _pack(run: StageRun) -> dict[str, Any]:
     near = run.inputs["near_dedup"].stats
     mean_doc = near["bytes_out"] / max(near["documents_out"], 1)
     batch_docs = int(max(1, min(PACK_BATCH_DOCS, PACK_BATCH_BYTES // max(mean_doc, 1))))
-    # Plain tasks (fused with the Parquet read), not an actor pool: an actor pool holding every
-    # CPU starves the read tasks feeding it on a 1-CPU cluster and deadlocks.
-    examples = run.read("near_dedup").map_batches(
-        _pack_batch, batch_format="numpy", batch_size=batch_docs,
-        fn_kwargs={"tokenizer_uri": schema.tokenizer_json(run.corpus, tok["path"]),
-                   "cfg_json": json.dumps(dataclasses.asdict(run.cfg.pack), sort_keys=True)})
+    # In the read tasks (plain tasks), not an actor pool: an actor pool holding every CPU starves
+    # the read tasks feeding it on a 1-CPU cluster and deadlocks.
+    examples = run.parts("near_dedup").read(transform=_pack_rows, transform_kwargs={
+        "tokenizer_uri": schema.tokenizer_json(run.corpus, tok["path"]), "batch_docs": batch_docs,
+        "cfg_json": json.dumps(dataclasses.asdict(run.cfg.pack), sort_keys=True)})
     out = parts.write_examples(examples, data=run.data, summarise=example_summary)
     splits = out["splits"]
     documents_in = run.inputs["near_dedup"].stats["documents_out"]

@@ -1,6 +1,8 @@
 """ELECTRA example packing: the algorithm's invariants, its rates, determinism and the split."""
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
 import random
 
@@ -263,17 +265,18 @@ import json, os, sys
 import numpy as np
 import ray
 from pipelines.engine.raydata import init_ray
-from pipelines.orchestration.stages import _pack_batch, _packer
+import pyarrow as pa
+from pipelines.orchestration.stages import _pack_rows, _packer
 from synthetic.prose import documents
 
 def threads():
     return len(os.listdir("/proc/self/task"))
 
 def pack_and_count(uri, cfg_json, texts):
-    batch = {"uid": np.arange(len(texts), dtype=np.int64), "text": np.array(texts, dtype=object)}
+    table = pa.table({"uid": np.arange(len(texts), dtype=np.int64), "text": texts})
     _packer(uri, cfg_json)  # the worker's set-up: reads the tokenizer, encodes nothing
     before = threads()
-    _pack_batch(batch, tokenizer_uri=uri, cfg_json=cfg_json)
+    _pack_rows(table, 0, tokenizer_uri=uri, cfg_json=cfg_json, batch_docs=256)
     return before, threads(), os.environ.get("TOKENIZERS_PARALLELISM"), os.environ.get("RAYON_NUM_THREADS")
 
 uri, cfg_json, texts = sys.argv[1], sys.argv[2], documents(300, seed=2)
@@ -326,3 +329,23 @@ def test_an_empty_train_split_is_a_loud_warning_naming_the_flag():
     # With no validation asked for, an empty train split (documents without tokens) still warns.
     assert [w.split(":")[0] for w in empty_split_warnings({}, 0.0, 2)] == ["train"]
     assert "raise --validation-fraction" in empty_split_warnings({"train": both["train"]}, 0.01, 2)[0]
+
+
+def test_pack_rows_do_not_depend_on_the_batch_size(tokenizer_json):
+    """A read task packs its documents in batches of ``batch_docs``: the examples are those of one
+    packer call over all of them, whatever the batch size (and an empty task gives none)."""
+    import pyarrow as pa
+
+    from pipelines.orchestration.stages import _pack_rows
+    from synthetic.prose import documents
+
+    cfg = PackConfig(seq_len=48)
+    cfg_json = json.dumps(dataclasses.asdict(cfg), sort_keys=True)
+    texts, uids = documents(40, seed=11), list(range(100, 140))
+    want = _rows(ExamplePacker(tokenizer_json, cfg)(_doc_batch(texts, uids)))
+    table = pa.table({"uid": pa.array(uids, pa.int64()), "text": texts, "reason": [""] * 40})
+    for batch_docs in (1, 7, 40, 1000):
+        got = _rows(_pack_rows(table, 3, tokenizer_uri=tokenizer_json, cfg_json=cfg_json, batch_docs=batch_docs))
+        assert got == want and len(got) > 40
+    empty = _pack_rows(table.slice(0, 0), 0, tokenizer_uri=tokenizer_json, cfg_json=cfg_json, batch_docs=8)
+    assert empty.num_rows == 0 and empty.column_names == ["uid", "ordinal", "split", "input_ids", "b_start"]
