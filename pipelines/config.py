@@ -228,7 +228,7 @@ class ShuffleConfig:
     key nor the build's identity covers them (the manifest records them)."""
     map_file_mb: float = 128  # rows per map file: a map task sorts about 3x this in memory
     partition_mb: float = 64  # rows per partition: one reduce call holds one partition
-    reduce_tasks: int = 0  # reduce tasks per shuffle; 0: two per CPU of the cluster (at least 8)
+    reduce_tasks: int = 0  # reduce tasks per shuffle; 0: two per cluster CPU, fewer for a small shuffle
     task_memory_mb: float = 256  # slices a reduce task buffers before it spills sorted runs to local disk
 
     def validate(self) -> None:

@@ -25,7 +25,8 @@ Map tasks in flight: two per CPU of the cluster (at least ``MIN_IN_FLIGHT``), so
 grows with the cluster and the driver references a bounded number of blocks.
 
 Reduce side. ``R`` reduce tasks (``ranges``: ``shuffle.reduce_tasks``, or two per CPU of the
-cluster, at least ``MIN_REDUCE_TASKS``; never more than ``P``) own contiguous partition ranges.
+cluster, fewer for a small shuffle (one per ``PARTITIONS_PER_RANGE`` partitions), at least
+``MIN_REDUCE_TASKS``; never more than ``P``) own contiguous partition ranges.
 Task ``r`` makes two ranged reads per map file: its trailer record (20 bytes; the trailer's tail
 too for the last range), then its slice. The slices go through a ``RangeSpill``
 (``pipelines.engine.spill``): buffered up to ``memory_bytes``, then sorted by partition into
@@ -38,7 +39,7 @@ partition and the spill's small indexes (``pipelines.engine.spill``), whatever t
 
 How the requests grow. Per shuffle: M PUTs (M map files, bytes / ``file_bytes``; each checked
 with a HEAD), one LIST when the folder is removed, and
-2 x M x R GETs, R fixed by the cluster: linear in the data (10x the data, 10x the requests, each
+2 x M x R GETs, R fixed by the cluster once the data fills it: linear in the data (10x the data, 10x the requests, each
 reading 1/R of a map file). Bytes read = the map files' bytes once plus 8 bytes per (map file,
 boundary between two ranges): 8 (R - 1) M. The price of a fixed R is that a reduce task's share grows
 with the data: its memory does not (the spill), its local disk does (bytes / R, in the system's
@@ -83,6 +84,9 @@ MIN_IN_FLIGHT = 16
 # partitions: a small shuffle still spreads over a few CPUs.
 RANGES_PER_CPU = 2
 MIN_REDUCE_TASKS = 8
+# ... and no more ranges than one per this many partitions (about 256 MB of rows at the default
+# partition size): a small shuffle on a big cluster does not cut every map file a thousand ways.
+PARTITIONS_PER_RANGE = 4
 # Bytes of slices a reduce task buffers before it spills a sorted run to local disk.
 TASK_MEMORY_BYTES = 256 << 20
 # Map files whose index records one reduce task asks for in one batch of concurrent reads.
@@ -127,9 +131,15 @@ def _cluster_cpus() -> int:
 
 def default_ranges(partitions: int, reduce_tasks: int = 0) -> int:
     """Reduce tasks of a shuffle of ``partitions``: ``reduce_tasks`` if set, else two per CPU of
-    the cluster (at least ``MIN_REDUCE_TASKS``); at most one per partition."""
-    wanted = reduce_tasks or max(MIN_REDUCE_TASKS, RANGES_PER_CPU * _cluster_cpus())
-    return max(1, min(partitions, wanted))
+    the cluster, or one per ``PARTITIONS_PER_RANGE`` partitions where that is fewer (at least
+    ``MIN_REDUCE_TASKS`` either way); at most one per partition. So the number follows the data
+    up to the cluster's size and stays there: requests grow linearly once the data fills the
+    cluster."""
+    if not reduce_tasks:
+        by_cluster = max(MIN_REDUCE_TASKS, RANGES_PER_CPU * _cluster_cpus())
+        by_data = max(MIN_REDUCE_TASKS, math.ceil(partitions / PARTITIONS_PER_RANGE))
+        reduce_tasks = min(by_cluster, by_data)
+    return max(1, min(partitions, reduce_tasks))
 
 
 def _pieces(table: pa.Table, file_bytes: int) -> list[pa.Table]:

@@ -33,14 +33,17 @@ def test_hash_partition_is_a_function_of_the_key():
 
 
 def test_default_ranges(monkeypatch):
-    for cpus, want in [(0, 8), (1, 8), (3, 8), (4, 8), (5, 10), (64, 128)]:
+    """Two per CPU of the cluster, or one per PARTITIONS_PER_RANGE partitions where fewer; at least
+    MIN_REDUCE_TASKS, at most one per partition; shuffle.reduce_tasks decides when set."""
+    assert (sh.MIN_REDUCE_TASKS, sh.RANGES_PER_CPU, sh.PARTITIONS_PER_RANGE) == (8, 2, 4)
+    for cpus, partitions, want in [(0, 4096, 8), (1, 4096, 8), (4, 4096, 8), (5, 4096, 10), (64, 4096, 128),
+                                   (512, 4096, 1024),  # the cluster's size caps it...
+                                   (512, 600, 150), (512, 40, 10), (512, 33, 9),  # ...or the data does
+                                   (64, 20, 8), (64, 6, 6), (2, 1, 1)]:
         monkeypatch.setattr(sh, "_cluster_cpus", lambda cpus=cpus: cpus)
-        assert sh.default_ranges(4096) == want  # two per CPU, at least MIN_REDUCE_TASKS
-        assert sh.default_ranges(4096, reduce_tasks=5) == 5  # shuffle.reduce_tasks decides when set
-        assert sh.default_ranges(4096, reduce_tasks=10_000) == 4096  # never more than P
-        assert sh.default_ranges(6) == 6 and sh.default_ranges(1) == 1  # a small shuffle: one per partition
-        assert sh.default_ranges(want + 1) == want
-    assert sh.MIN_REDUCE_TASKS == 8
+        assert sh.default_ranges(partitions) == want, (cpus, partitions)
+        assert sh.default_ranges(partitions, reduce_tasks=5) == min(5, partitions)
+        assert sh.default_ranges(partitions, reduce_tasks=10_000) == partitions  # never more than P
 
 
 def _bounds(partitions: int, ranges: int) -> list[tuple[int, int]]:
