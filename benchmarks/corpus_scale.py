@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/corpus_scale.py --sizes 0.25,0.5,1,2 [--json OUT] [--work DIR]
     .venv/bin/python benchmarks/corpus_scale.py --blocks 512,1024,2048 [--rows 200000] [--json OUT]
-    .venv/bin/python benchmarks/corpus_scale.py --simulate 1,10,100,1000 (store requests per shuffle)
+    .venv/bin/python benchmarks/corpus_scale.py --simulate 10,100,1000,10000 (store requests per shuffle)
     .venv/bin/python benchmarks/corpus_scale.py --quick                  (smoke run of both modes)
 
 Sizes (GB of document text). Each size's corpus is written by ``synthetic.web_corpus`` (real
@@ -26,9 +26,10 @@ the largest size >= 0.85x the smallest; driver peak RSS at the largest <= 1.5x t
 Blocks (``--blocks M1,M2,..``): the four shuffles side by side on a small input forced into
 cluster-sized block counts; see ``benchmarks/corpus_scale_shuffles.py``.
 
-Simulate (``--simulate GB1,GB2,..``): one storage shuffle's GET/PUT/LIST counts and bytes read
-and written at the map-file, partition and reduce-task counts of those sizes; see
-``benchmarks/corpus_scale_simulate.py``.
+Simulate (``--simulate GB1,GB2,..``): one storage shuffle, run for real on Ray against moto's S3
+server behind a counting proxy, with its sizes scaled down so that a small input has the map-file
+and partition counts of those sizes: requests by kind, bytes read and written, task and driver
+memory; see ``benchmarks/corpus_scale_simulate.py`` (``--sim-*`` options).
 
 Every report starts with the CPU (``lscpu`` model, amx_bf16 / avx512_bf16 / AVX2-only) and the
 load average: on the shared 2-core box, compare only figures taken under similar load.
@@ -339,7 +340,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rows", type=int, default=200_000, help="rows shuffled in --blocks mode")
     p.add_argument("--partitions", type=int, default=8, help="shuffle partitions in --blocks mode")
     p.add_argument("--methods", default="sort,hash,v2,storage", help="shuffles compared in --blocks mode")
-    p.add_argument("--simulate", help="GB shuffled, comma-separated: store requests per shuffle (e.g. 1,10,100,1000)")
+    p.add_argument("--simulate", help="GB shuffled, comma-separated: store requests per shuffle (e.g. 10,100,1000,10000)")
+    p.add_argument("--sim-reduce-tasks", default="auto",
+                   help="--simulate: reduce tasks R of every size (auto: the cluster's, lowered to fit the budget)")
+    p.add_argument("--sim-budget-minutes", type=float, default=25.0,
+                   help="--simulate: minutes the largest size's ranged GETs may take (projected) with R auto")
+    p.add_argument("--sim-rows-per-file", type=int, default=240, help="--simulate: rows per map file")
     p.add_argument("--cpus", type=int, default=2)
     p.add_argument("--work", default=str(REPO / "bench_out" / "corpus_scale"), help="corpora and builds")
     p.add_argument("--keep", action="store_true", help="keep the built corpora")
@@ -385,7 +391,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.simulate:
         from benchmarks.corpus_scale_simulate import run_simulate, simulate_report
 
-        sims = run_simulate([float(x) for x in args.simulate.split(",")], work)
+        sims = run_simulate([float(x) for x in args.simulate.split(",")], work, rows_per_file=args.sim_rows_per_file,
+                            reduce_tasks=args.sim_reduce_tasks, budget_minutes=args.sim_budget_minutes)
         lines, goals = simulate_report(sims)
         print("\n" + "\n".join(lines))
         report.update(simulate=sims, simulate_goals=goals)

@@ -2,7 +2,8 @@
 in an epoch.
 
     .venv/bin/python benchmarks/train_start.py [--ranks 8,64,512] [--rejected 2000]
-        [--shards 16] [--ranks-per-node 8] [--json OUT] [--smoke]
+        [--shards 16] [--ranks-per-node 8] [--node-shards 128] [--shard-examples 32]
+        [--loader-workers 2] [--run-nodes 2] [--json OUT] [--smoke]
 
 Two measurements, in one process:
 
@@ -32,11 +33,21 @@ Two measurements, in one process:
    quarantine in the previous format (about ``--rejected`` x 180 bytes here) and not in the
    current one; the figure per rejected part is printed, to scale to a real build.
 
-2. **Shard reads per node in one epoch** (``electra.sample_order.StreamPlan.rank_share``; no
-   I/O): ``--epoch-shards`` synthetic shards, a global batch of 2,048, the trainer's default 64
-   streams, ``W`` ranks packed ``--ranks-per-node`` to a node. For each node, the bytes its ranks'
-   loaders read (each rank reads the shards its streams touch) over the bytes of the distinct
-   shards they touch: 1.0 means each shard is read once per node.
+2. **Shard reads per node in one epoch**, ``W`` ranks packed ``--ranks-per-node`` to a node.
+
+   * **before** (``electra.sample_order.StreamPlan.rank_share``; no I/O): ``--epoch-shards``
+     synthetic shards, a global batch of 2,048, the trainer's default 64 streams. For each node,
+     the bytes its ranks' loaders would read with no node cache (each rank the shards its streams
+     touch, once) over the bytes of the distinct shards they touch: 1.0 means once per node.
+   * **measured**: the real loader (``electra.data.TrainStream``) on a real corpus in moto behind
+     the counting proxy, ``--node-shards`` shards of ``--shard-examples`` examples, the same
+     geometry. A node's ranks run at once as processes (forked from a preloaded server, each
+     forking ``--loader-workers`` DataLoader workers) and read one epoch, with
+     ``data.node_cache=null`` and then through the node cache (a folder per simulated node); the
+     shard bytes the proxy sent meanwhile over those of the distinct shards the node touches are
+     its store reads per shard. Nodes run in turn, so each count is one node's; of a world with
+     more than ``--run-nodes`` (2) nodes the first and last run (smoke: the first), as printed:
+     a node's reads depend only on its own ranks' plans.
 
 ``--smoke`` shrinks it to seconds (the test's configuration). The CPU (``lscpu``'s model name)
 and the load average are printed beside the figures.
@@ -70,31 +81,34 @@ class _CountingHandler(_Handler):
         if self.command != "HEAD":
             with self.proxy._lock:
                 self.proxy.bytes_out += len(body)
+                if status < 300:  # data, not an error document (an S3 read probes one byte past the end)
+                    self.proxy.data_out += len(body)
         super()._reply(status, body, headers)
 
 
 class CountingProxy(S3Proxy):
-    """``S3Proxy`` that also counts the bytes of the answers' bodies (``bytes_out``)."""
+    """``S3Proxy`` that also counts the bytes of the answers' bodies (``bytes_out``; ``data_out``:
+    those of successful answers only)."""
 
     def __init__(self, upstream: str):
         super().__init__(upstream)
-        self.bytes_out = 0
+        self.bytes_out = self.data_out = 0
         self.handler_class = _CountingHandler
 
-    def snapshot(self) -> tuple[int, int]:
+    def snapshot(self) -> tuple[int, int, int]:
         with self._lock:
-            return len(self.log), self.bytes_out
+            return len(self.log), self.bytes_out, self.data_out
 
-    def since(self, mark: tuple[int, int]) -> dict[str, int]:
+    def since(self, mark: tuple[int, int, int]) -> dict[str, int]:
         """Requests by kind and bytes received since ``mark``."""
         with self._lock:
-            entries, received = self.log[mark[0]:], self.bytes_out - mark[1]
+            entries, received, data = self.log[mark[0]:], self.bytes_out - mark[1], self.data_out - mark[2]
         kinds = Counter()
         for method, path, _ in entries:
             bucket_only = path.strip("/").count("/") == 0
             kinds["LIST" if method == "GET" and bucket_only else method] += 1
         return {"GET": kinds["GET"], "HEAD": kinds["HEAD"], "LIST": kinds["LIST"], "PUT": kinds["PUT"],
-                "requests": sum(kinds.values()), "bytes": received}
+                "requests": sum(kinds.values()), "bytes": received, "data_bytes": data}
 
 
 def start_moto() -> tuple[subprocess.Popen, str]:
@@ -229,6 +243,76 @@ def node_reads(worlds: list[int], *, shards: int, per_node: int, examples: int =
     return rows
 
 
+EPOCH_BATCH, EPOCH_STREAMS = 2048, 64  # the trainer's default geometry (a Base/Large global batch)
+
+
+def _bench_rank(p, env: dict, cache: str | None, workers: int, results) -> None:
+    """One simulated rank (a process): one epoch through the real loader."""
+    import multiprocessing as mp
+
+    from electra.data import TrainStream
+
+    mp.set_start_method("fork", force=True)  # a launched rank's DataLoader forks its workers
+    os.environ.update(env)
+    stream = TrainStream(p, num_workers=workers, prefetch=2, node_cache=cache)
+    rows = sum(len(b.keys) for b in stream.loader(0))
+    results.put((p.rank, rows, stream.bytes_read, stream.store_bytes))
+
+
+def measured_reads(proxy: CountingProxy, loc: str, worlds: list[int], work: Path, *, per_node: int, workers: int,
+                   batch: int, streams: int, block: int, run_nodes: int) -> list[dict]:
+    """Per world, per node run: store bytes over distinct shard bytes without and with the node cache."""
+    import multiprocessing as mp
+
+    from electra.corpus import check_shards, open_corpus
+    from electra.sample_order import StreamPlan
+
+    refs = tuple(check_shards(open_corpus(loc), "train")[0])
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(["electra.data", "benchmarks.train_start"])
+    from benchmarks.train_start import _bench_rank as target  # by module name, also when run as a script
+
+    rows = []
+    for world in worlds:
+        plans = [StreamPlan(refs, 32, batch, batch // world, rank=r, world_size=world, seed=0, shuffle_block=block,
+                            streams=streams) for r in range(world)]
+        firsts = list(range(0, world, per_node))
+        for first in firsts if len(firsts) <= run_nodes else [firsts[0], firsts[-1]][:run_nodes]:
+            ranks = range(first, min(world, first + per_node))
+            touched = {s.uri: s.bytes for r in ranks for w in range(max(1, workers))
+                       for s in plans[r].rank_share(0, w, max(1, workers))[0]}
+            row = {"world": world, "nodes": len(firsts), "nodes_run": min(run_nodes, len(firsts)),
+                   "node": first // per_node, "ranks": len(ranks),
+                   "distinct_bytes": sum(touched.values()),
+                   "before_rank_share": sum(plans[r].rank_share(0)[1] for r in ranks) / sum(touched.values())}
+            for mode in ("null", "cache"):
+                cache = None if mode == "null" else str(work / f"node-cache-{world}-{first}")
+                results, mark, started = ctx.Queue(), proxy.snapshot(), time.perf_counter()
+                # the forkserver keeps the environment it started with (an earlier call's store)
+                store_env = {k: v for k, v in os.environ.items() if k.startswith("AWS_")}
+                procs = [ctx.Process(target=target, args=(plans[r], {
+                    **store_env, "RANK": str(r), "WORLD_SIZE": str(world), "LOCAL_RANK": str(r - first),
+                    "LOCAL_WORLD_SIZE": str(len(ranks)), "MASTER_ADDR": f"node{first // per_node}",
+                    "MASTER_PORT": str(world)}, cache, workers, results)) for r in ranks]
+                for proc in procs:
+                    proc.start()
+                got = sorted(results.get(timeout=600) for _ in procs)
+                for proc in procs:
+                    proc.join()
+                if any(proc.exitcode for proc in procs):
+                    raise RuntimeError(f"a simulated rank failed: exit codes {[proc.exitcode for proc in procs]}")
+                store = proxy.since(mark)
+                assert all(n == plans[0].steps_per_epoch * plans[0].per_rank for _, n, _, _ in got)
+                row[mode] = {"store_bytes": store["data_bytes"], "body_bytes": store["bytes"], "GET": store["GET"],
+                             "over_distinct": round(store["data_bytes"] / row["distinct_bytes"], 4),
+                             "loader_store_bytes": sum(g[3] for g in got), "decoded_bytes": sum(g[2] for g in got),
+                             "seconds": round(time.perf_counter() - started, 2)}
+                if cache is not None:
+                    row["cache_left"] = sorted(str(p.relative_to(work)) for p in Path(cache).rglob("*"))
+            rows.append(row)
+    return rows
+
+
 # ------------------------------------------------------------------------------ report
 def cpu_line() -> str:
     model = ""
@@ -240,7 +324,8 @@ def cpu_line() -> str:
     return f"CPU: {model or 'unknown'}, {os.cpu_count()} cores; load average {os.getloadavg()[0]:.2f}"
 
 
-def report(rows: list[dict], reads: list[dict], *, rejected: int, manifest_bytes: dict[str, int]) -> list[str]:
+def report(rows: list[dict], reads: list[dict], measured: list[dict], *, rejected: int,
+           manifest_bytes: dict[str, int], geometry: str) -> list[str]:
     lines = [f"manifest.json: before {manifest_bytes['before']:,} B ({rejected:,} rejected parts inline: "
              f"{(manifest_bytes['before'] - manifest_bytes['after']) / max(rejected, 1):.0f} B per part), "
              f"after {manifest_bytes['after']:,} B",
@@ -263,6 +348,19 @@ def report(rows: list[dict], reads: list[dict], *, rejected: int, manifest_bytes
     for r in reads:
         lines.append(f"  {r['world']:>5} | {r['nodes']:>4} | {r['bytes_per_rank'] / r['corpus_bytes']:.4f} | "
                      f"{r['node_read_over_distinct_max']:.2f}, {r['node_read_over_distinct_mean']:.2f}")
+    lines.append(f"measured epoch reads per node ({geometry}): ranks | node (of) | shard bytes the store sent / "
+                 "distinct shard bytes: data.node_cache=null, through the node cache | rank_share estimate | GETs "
+                 "(each read probes one byte past the end: a second, failing GET) null, cache | seconds null, cache")
+    for r in measured:
+        null, cache = r["null"], r["cache"]
+        lines.append(f"  {r['world']:>5} | {r['node']:>3} ({r['nodes']}) | {null['over_distinct']:.3f}, "
+                     f"{cache['over_distinct']:.3f} | {r['before_rank_share']:.2f} | {null['GET']}, {cache['GET']} | "
+                     f"{null['seconds']:.1f}, {cache['seconds']:.1f}")
+    partial = sorted({(r["world"], r["nodes"], r["nodes_run"]) for r in measured if r["nodes"] > r["nodes_run"]})
+    if partial:
+        lines.append("  (" + "; ".join(f"{w} ranks: node{'s 0 and ' + str(n - 1) if k == 2 else ' 0'} of {n} run"
+                                       for w, n, k in partial)
+                     + "; a node's reads depend only on its own ranks' plans)")
     return lines
 
 
@@ -273,13 +371,25 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--shards", type=int, default=16)
     p.add_argument("--epoch-shards", type=int, default=1024)
     p.add_argument("--ranks-per-node", type=int, default=8)
+    p.add_argument("--node-shards", type=int, default=128)
+    p.add_argument("--shard-examples", type=int, default=32)
+    p.add_argument("--loader-workers", type=int, default=2)
+    p.add_argument("--run-nodes", type=int, default=2, choices=(1, 2))
     p.add_argument("--json")
     p.add_argument("--smoke", action="store_true")
     args = p.parse_args(argv)
     worlds = [int(x) for x in args.ranks.split(",")]
+    # measured reads: the trainer's geometry, a shuffle block of one shard; the smoke shrinks the
+    # batch to 16 over 2 streams, so its 4 ranks share streams two by two as 512 ranks share 64
+    batch, streams, block = EPOCH_BATCH, EPOCH_STREAMS, args.shard_examples
     if args.smoke:
         worlds, args.shards, args.epoch_shards = [w for w in worlds if w <= 8] or [2], 4, 64
         args.rejected = min(args.rejected, 300)
+        args.node_shards, args.shard_examples, args.ranks_per_node = 16, 8, 2
+        batch, streams, block, args.run_nodes = 16, 2, 8, 1
+    geometry = (f"{args.node_shards} shards of {args.shard_examples} examples, global batch {batch}, {streams} "
+                f"streams, shuffle block {block}, {args.ranks_per_node} ranks per node, {args.loader_workers} "
+                "loader workers per rank")
     import logging
 
     logging.disable(logging.WARNING)  # resolve's per-rank info lines, 584 times
@@ -301,15 +411,23 @@ def main(argv: list[str] | None = None) -> dict:
 
             manifest_bytes = {k: storage.size(f"{v}/manifest.json") for k, v in corpora.items()}
             rows = startup(proxy, corpora, worlds, work, args.shards)
+            from tests.electra._corpus import upload_corpus, write_tiny_corpus
+
+            sizes = (args.shard_examples,) * args.node_shards
+            local = write_tiny_corpus(work / "epoch", seq_len=32, train_shards=sizes, validation_shards=(2,))
+            loc = upload_corpus(local, "s3://train-start/epoch")
+            measured = measured_reads(proxy, loc, worlds, work, per_node=args.ranks_per_node,
+                                      workers=args.loader_workers, batch=batch, streams=streams, block=block,
+                                      run_nodes=args.run_nodes)
         reads = node_reads(worlds, shards=args.epoch_shards, per_node=args.ranks_per_node)
     finally:
         proxy.stop()
         moto.terminate()
         moto.wait()
-    lines = report(rows, reads, rejected=args.rejected, manifest_bytes=manifest_bytes)
+    lines = report(rows, reads, measured, rejected=args.rejected, manifest_bytes=manifest_bytes, geometry=geometry)
     print("\n".join(lines), flush=True)
-    result = {"cpu": cpu_line(), "startup": rows, "node_reads": reads, "manifest_bytes": manifest_bytes,
-              "args": vars(args)}
+    result = {"cpu": cpu_line(), "startup": rows, "node_reads": reads, "measured_reads": measured,
+              "manifest_bytes": manifest_bytes, "args": vars(args)}
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2))
     return result

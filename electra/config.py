@@ -161,6 +161,12 @@ class DataConfig:
     # Shards each loader worker reads ahead (in the epoch's order) while the current block is
     # consumed, hiding an object store's latency; each costs one decoded shard of memory. 0: off.
     prefetch_shards: int = 2
+    # Node-local shard cache (electra/node_cache.py): the node's loader processes share one store
+    # read of each shard through copies in a local folder. "auto": /dev/shm/electra-shards-<uid>
+    # (else the temp folder), used where two of the node's loaders read the same shards (several
+    # ranks on the node, or workers sharing a rank's piece of one stream); an absolute path (local
+    # to the node): always; null: every worker reads the store itself.
+    node_cache: str | None = "auto"
     # Resuming on a corpus whose shards differ from the checkpoint's (a republished corpus) is an
     # error: the saved data position would point into another stream. True: warn and go on.
     allow_corpus_change: bool = False
@@ -180,6 +186,8 @@ class DataConfig:
         check(self.num_workers == "auto" or self.num_workers >= 0, 'num_workers must be >= 0 or "auto"')
         check(self.prefetch_shards >= 0, "prefetch_shards must be >= 0")
         check(self.shuffle_buffer >= 1, "shuffle_buffer must be >= 1")
+        check(self.node_cache is None or self.node_cache == "auto" or self.node_cache.startswith("/"),
+              f'node_cache {self.node_cache!r}: "auto", an absolute path on the node, or null')
 
 
 @dataclass(frozen=True)

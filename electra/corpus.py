@@ -33,7 +33,10 @@ each shard, computed by ``electra.sample_order``): the next ``prefetch`` shards 
 thread pool while the current ones are consumed, which hides an object store's latency, and
 nothing the worker's streams do not need in the epoch is ever read. Threads suffice: the work is
 network I/O, sha256 and numpy copies, which mostly release the GIL. The worker evicts a shard
-after the last step that uses it; the memory bound is stated in ``electra.data``.
+after the last step that uses it; the memory bound is stated in ``electra.data``. Where the
+shards come from is a ``ShardSource``: by default the store (``read_shard``); with
+``data.node_cache``, the node's shared copies (``electra.node_cache``), which ``read_shard``
+fills through ``copy_to`` with exactly the bytes it verified.
 """
 from __future__ import annotations
 
@@ -43,8 +46,9 @@ import posixpath
 import threading
 import time
 from collections.abc import Iterable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
+from typing import IO, BinaryIO, Protocol
 
 from common import storage
 from common.hashing import HashingReader, sha256_bytes
@@ -209,18 +213,23 @@ def _file_sizes(folder: str) -> dict[str, int]:
     return {name: size for name, size in storage.list_sizes(folder).items() if "/" not in name}
 
 
-def read_shard(shard: ShardRef, *, attempts: int = READ_ATTEMPTS) -> schema.Examples:
+def read_shard(shard: ShardRef, *, attempts: int = READ_ATTEMPTS, copy_to: BinaryIO | None = None) -> schema.Examples:
     """All examples of a shard, parsed and verified against the manifest in one streaming read.
 
     ``common.storage`` already retries transient store errors inside the read (and raises
     ``StoreUnavailableError`` when the store stays down: passed on as it is). Any other failing
     read (an ``OSError`` other than a missing object) is retried from the start, ``attempts``
     times with a growing pause, then raised as ``ShardReadError`` naming the shard; a missing or
-    altered shard is never retried.
+    altered shard is never retried. ``copy_to`` (a seekable binary file, emptied before each
+    attempt) receives the bytes as they stream, so a caller keeps a copy of exactly what was
+    verified (``electra.node_cache``); a failed write to it raises ``CopyWriteError``, never retried.
     """
     for attempt in range(1, attempts + 1):
         try:
-            return _read_verified(shard)
+            if copy_to is not None:
+                copy_to.seek(0)
+                copy_to.truncate()
+            return _read_verified(shard, copy_to)
         except storage.MissingObject as exc:
             raise CorruptShardError(f"{shard.uri}: missing (deleted after the manifest was written)") from exc
         except storage.StoreUnavailableError:
@@ -233,19 +242,66 @@ def read_shard(shard: ShardRef, *, attempts: int = READ_ATTEMPTS) -> schema.Exam
     raise AssertionError("unreachable")
 
 
-def _read_verified(shard: ShardRef) -> schema.Examples:
-    with storage.open_input(shard.uri, block_size=READ_BLOCK) as raw:
-        reader = HashingReader(raw)
-        examples, parse_error = None, None
+class CopyWriteError(RuntimeError):
+    """Writing the copy of a shard being read failed (a full disk): the copy's fault, not the store's."""
+
+
+class _Copying:
+    """A stream that writes what it reads to ``sink``."""
+
+    def __init__(self, raw: IO[bytes], sink: BinaryIO):
+        self._raw, self._sink = raw, sink
+
+    def read(self, n: int = -1) -> bytes:
+        data = self._raw.read(n)
         try:
-            examples = schema.read_shard(reader, shard.uri)
-        except ValueError as exc:
-            parse_error = exc
-        reader.drain()
+            written = self._sink.write(data)
+        except OSError as exc:
+            raise CopyWriteError(f"writing a copy failed ({exc})") from exc
+        if written is not None and written != len(data):  # an unbuffered file on a full disk
+            raise CopyWriteError(f"writing a copy failed ({written} of {len(data)} bytes written)")
+        return data
+
+
+class _Counting:
+    """A stream that counts the bytes read through it (a local copy whose sha256 was checked)."""
+
+    def __init__(self, raw: IO[bytes]):
+        self._raw, self.bytes_read = raw, 0
+
+    def read(self, n: int = -1) -> bytes:
+        data = self._raw.read(n)
+        self.bytes_read += len(data)
+        return data
+
+    def drain(self, chunk: int = 1 << 20) -> None:
+        while self.read(chunk):
+            pass
+
+
+def _read_verified(shard: ShardRef, copy_to: BinaryIO | None = None) -> schema.Examples:
+    with storage.open_input(shard.uri, block_size=READ_BLOCK) as raw:
+        return _parse_checked(HashingReader(raw if copy_to is None else _Copying(raw, copy_to)), shard)
+
+
+def parse_verified_copy(stream: IO[bytes], shard: ShardRef) -> schema.Examples:
+    """The examples of a local copy of ``shard`` whose bytes were verified against the manifest
+    (sha256 included) when they were read from the store (``electra.node_cache``): parsed, with
+    the byte and example counts checked again; the sha256 is not recomputed."""
+    return _parse_checked(_Counting(stream), shard)
+
+
+def _parse_checked(reader: HashingReader | _Counting, shard: ShardRef) -> schema.Examples:
+    examples, parse_error = None, None
+    try:
+        examples = schema.read_shard(reader, shard.uri)
+    except ValueError as exc:
+        parse_error = exc
+    reader.drain()
     if reader.bytes_read != shard.bytes:
         raise CorruptShardError(f"{shard.uri}: {reader.bytes_read} bytes, manifest says {shard.bytes} "
                                 "(truncated or altered after the manifest was written)")
-    if reader.hexdigest() != shard.sha256:
+    if isinstance(reader, HashingReader) and reader.hexdigest() != shard.sha256:
         raise CorruptShardError(f"{shard.uri}: sha256 differs from the manifest (altered after the "
                                 "manifest was written)")
     if parse_error is not None:  # the bytes the manifest names, yet unreadable: a bad build
@@ -255,6 +311,15 @@ def _read_verified(shard: ShardRef) -> schema.Examples:
     return examples
 
 
+class ShardSource(Protocol):
+    """Where a ``ShardCache`` gets the shards at positions of its order (``electra.node_cache``):
+    ``read`` one, and ``release`` one the reader will not ask for again in this pass."""
+
+    def read(self, index: int) -> schema.Examples: ...
+
+    def release(self, index: int) -> None: ...
+
+
 class ShardCache:
     """Decoded shards by position in one epoch's shard order, read on demand and ahead along a
     schedule (module docstring).
@@ -262,14 +327,17 @@ class ShardCache:
     ``schedule`` lists positions in the order the reader will first need them (default: all, in
     order); ``read_ahead(upto)`` starts reading the first ``upto`` entries not read yet, in
     ``prefetch`` threads (with ``prefetch`` 0 every read happens in ``get``), so nothing outside
-    the schedule is ever read ahead. ``evict`` forgets shards the reader no longer needs.
-    ``bytes_read`` and ``reads`` (positions, in completion order) count what was read: each read
-    is one whole, verified pass over a shard."""
+    the schedule is ever read ahead. ``evict`` forgets shards the reader no longer needs and
+    tells ``source`` (default: each shard read from the store, ``read_shard``) it is done with
+    them. ``bytes_read`` and ``reads`` (positions, in completion order) count what was read: each
+    read is one whole, verified pass over a shard."""
 
-    def __init__(self, ordered: list[ShardRef], *, prefetch: int = 0, schedule: Sequence[int] | None = None):
+    def __init__(self, ordered: list[ShardRef], *, prefetch: int = 0, schedule: Sequence[int] | None = None,
+                 source: ShardSource | None = None):
         self.ordered = ordered
         self.prefetch = prefetch
         self.schedule = list(range(len(ordered))) if schedule is None else [int(i) for i in schedule]
+        self.source = source
         self.loaded: dict[int, schema.Examples] = {}
         self.pending: dict[int, Future] = {}
         self.next = 0  # schedule entries before it were handed to read-ahead (or passed by)
@@ -279,7 +347,7 @@ class ShardCache:
         self._pool = ThreadPoolExecutor(prefetch, thread_name_prefix="shard-read-ahead") if prefetch else None
 
     def _read(self, index: int) -> schema.Examples:
-        examples = read_shard(self.ordered[index])
+        examples = read_shard(self.ordered[index]) if self.source is None else self.source.read(index)
         with self._lock:
             self.bytes_read += self.ordered[index].bytes
             self.reads.append(index)
@@ -305,12 +373,15 @@ class ShardCache:
         return self.loaded[index]
 
     def evict(self, indices: Iterable[int]) -> None:
-        """Forget the shards at ``indices`` (a read of one still pending is cancelled)."""
-        for index in indices:
-            self.loaded.pop(int(index), None)
-            future = self.pending.pop(int(index), None)
-            if future is not None:
-                future.cancel()
+        """Forget the shards at ``indices`` (a read of one still pending is cancelled) and release
+        them to the source."""
+        for index in map(int, indices):
+            self.loaded.pop(index, None)
+            future = self.pending.pop(index, None)
+            if future is not None and not future.cancel():
+                wait([future])  # running: let it end before the release, which may delete its file
+            if self.source is not None:
+                self.source.release(index)
 
     def close(self) -> None:
         if self._pool is not None:

@@ -15,16 +15,22 @@ block). Examples left over at the end of an epoch (fewer than ``G + C``) are cou
 logged once.
 
 **Workers.** A rank's ``torch`` DataLoader workers split the rank's stream segments into
-contiguous groups; a worker computes its exact schedule for the epoch (which shards its streams
-need, from which step to which step), reads them in that order through one ``ShardCache`` shared
-by its streams (a shard two of its streams touch is decoded once), reads ``data.prefetch_shards``
-ahead along that schedule and never past it, and evicts a shard after the last step that uses
-it. Every worker yields exactly one part per step (empty when it serves no stream), so the
-DataLoader's round robin keeps the steps aligned; the main process concatenates a step's parts
-in worker order, which is canonical order, and cuts the micro batches, so their contents do not
-depend on the number of workers. Each byte is read about once per rank; a shard on the border
-between two workers' (or two ranks') regions is read by both. Parts carry the bytes and shards
-their worker read (workers are processes), summed in ``TrainStream.bytes_read``.
+contiguous groups (a rank with fewer segments than workers, a piece of one stream, gives each
+worker a contiguous share of its rows instead, so none idles); a worker computes its exact
+schedule for the epoch (which shards its streams need, from which step to which step), reads
+them in that order through one ``ShardCache`` shared by its streams (a shard two of its streams
+touch is decoded once), reads ``data.prefetch_shards`` ahead along that schedule and never past
+it, and evicts a shard after the last step that uses it. Every worker yields exactly one part
+per step (empty when it serves no stream), so the DataLoader's round robin keeps the steps
+aligned; the main process concatenates a step's parts in worker order, which is canonical order,
+and cuts the micro batches, so their contents do not depend on the number of workers. Each byte
+is read about once per rank; a shard on the border between two workers' (or two ranks') regions
+is read by both, and workers sharing a piece of one stream, or ranks sharing a stream, all read
+its shards. ``data.node_cache`` (``electra.node_cache``) makes that one store read per node: the
+node's workers read through local copies, each downloaded once and deleted after its last
+consumer on the node. Parts carry the bytes and shards their worker read and how many of those
+bytes came from the store (workers are processes), summed in ``TrainStream.bytes_read`` and
+``store_bytes``.
 
 **Memory bound**, per worker, in decoded shards (compact shards: about 2 bytes per token):
 ``(2 * S_w - 1) * B + prefetch``. ``S_w`` is the number of stream segments the worker serves (its
@@ -64,6 +70,7 @@ import torch
 
 from electra.corpus import (CorpusInfo, CorpusMismatchError, CorruptShardError, ShardCache, ShardRef,
                             check_shards, open_corpus, read_shard)
+from electra.node_cache import NodeCache
 from electra.sample_order import Segment, ShardSchedule, StreamPlan
 from pipelines import schema
 
@@ -140,15 +147,17 @@ class _Part(NamedTuple):
     sources: torch.Tensor  # [rows] int64: each row's corpus (its position in --data)
     bytes_read: int  # shard bytes the worker read since its previous part
     shards_read: tuple[str, ...]  # locations of those shards
+    store_bytes: int  # of those bytes, the ones read from the store (the rest: the node cache's copies)
 
 
 class EpochStream(torch.utils.data.IterableDataset):
     """One rank's steps ``[start, stop)`` of one epoch as per-worker parts (module docstring)."""
 
     def __init__(self, plan: StreamPlan, epoch: int, start: int = 0, stop: int | None = None, *,
-                 prefetch: int = 2):
+                 prefetch: int = 2, node: tuple[NodeCache, np.ndarray] | None = None):
         self.plan, self.epoch, self.start, self.prefetch = plan, epoch, start, prefetch
         self.stop = plan.steps_per_epoch if stop is None else min(stop, plan.steps_per_epoch)
+        self.node = node  # the node cache and its consumer counts for these steps (electra.node_cache)
 
     def __iter__(self) -> Iterator[_Part]:
         info = torch.utils.data.get_worker_info()
@@ -162,9 +171,11 @@ class EpochStream(torch.utils.data.IterableDataset):
         evict_at: dict[int, list[int]] = {}
         for index, last in zip(sched.order.tolist(), sched.last.tolist()):
             evict_at.setdefault(last, []).append(index)
-        reported_bytes = reported_reads = 0
+        reported_bytes = reported_reads = reported_store = 0
         mixed = plan.mixture is not None and plan.mixture.num_sources > 1
-        with ShardCache([s.shard for s in ordered], prefetch=self.prefetch, schedule=sched.order) as cache:
+        shards = [s.shard for s in ordered]
+        source = None if self.node is None else self.node[0].consumer(shards, self.node[1], epoch)
+        with ShardCache(shards, prefetch=self.prefetch, schedule=sched.order, source=source) as cache:
             for step in range(self.start, self.stop):
                 cache.read_ahead(int(np.searchsorted(sched.first, step, side="right")) + self.prefetch)
                 where, index = plan.step_sources(epoch, step, segments, bounds)
@@ -177,10 +188,11 @@ class EpochStream(torch.utils.data.IterableDataset):
                     keys = [(src, *key) for src, key in zip(sources, keys)]
                 cache.evict(evict_at.pop(step, ()))
                 done, reads = cache.read_so_far()
+                stored = done if source is None else source.downloaded_so_far()
                 new = tuple(ordered[i].uri for i in reads[reported_reads:])
                 yield _Part(step, worker, ids, seg, keys, torch.tensor(sources, dtype=torch.int64),
-                            done - reported_bytes, new)
-                reported_bytes, reported_reads = done, len(reads)
+                            done - reported_bytes, new, stored - reported_store)
+                reported_bytes, reported_reads, reported_store = done, len(reads), stored
 
 
 def loader_workers(setting: int | str, *, cuda: bool | None = None) -> int:
@@ -203,17 +215,20 @@ class TrainStream:
     """Endless iterator of a rank's micro batches across epochs, from ``start`` on (module
     docstring). ``position``: after the last micro batch of a step, the next step (the end of an
     epoch is ``(epoch + 1, 0)``). ``bytes_read``: shard bytes this rank's loader has read, over all
-    its workers; ``shards_read``: worker -> locations it read, for the current epoch."""
+    its workers; ``store_bytes``: how many of them came from the store (the rest from the node
+    cache's copies); ``shards_read``: worker -> locations it read, for the current epoch.
+    ``node_cache``: ``data.node_cache`` (``electra.node_cache``; None: every read from the store)."""
 
     def __init__(self, plan: StreamPlan, *, num_workers: int = 2, prefetch: int = 2,
-                 start: DataPosition = DataPosition()):
+                 start: DataPosition = DataPosition(), node_cache: str | None = None):
         if plan.steps_per_epoch < 1:
             raise ValueError(f"{plan.num_examples} examples cannot fill one global batch of {plan.global_batch}: "
                              f"{plan.streams_effective} streams of {plan.stream_length} examples, "
                              f"{plan.rows_per_stream} per stream per step")
         self.plan, self.num_workers, self.prefetch = plan, num_workers, prefetch
         self.position = start
-        self.bytes_read = 0
+        self.bytes_read = self.store_bytes = 0
+        self.node = NodeCache.open(node_cache, plan, num_workers=num_workers)
         self.shards_read: dict[int, list[str]] = {}
         if plan.dropped_per_epoch and plan.rank == 0:
             log.info("%d of %d examples per epoch left over: %d steps of global batch %d from %d streams",
@@ -222,7 +237,12 @@ class TrainStream:
 
     def loader(self, epoch: int, start_step: int = 0) -> Iterator[Batch]:
         """This rank's micro batches of steps ``[start_step, steps_per_epoch)`` of ``epoch``."""
-        dataset = EpochStream(self.plan, epoch, start_step, prefetch=self.prefetch)
+        node = None
+        if self.node is not None:
+            uses = self.node.uses(self.plan, epoch, self.num_workers, start_step, self.plan.steps_per_epoch,
+                                  self.plan.ordered_shards(epoch))
+            node = (self.node, uses)
+        dataset = EpochStream(self.plan, epoch, start_step, prefetch=self.prefetch, node=node)
         if not self.num_workers:
             parts = dataset.parts(0, 1)
         else:
@@ -238,6 +258,7 @@ class TrainStream:
 
     def _account(self, part: _Part) -> None:
         self.bytes_read += part.bytes_read
+        self.store_bytes += part.store_bytes
         self.shards_read.setdefault(part.worker, []).extend(part.shards_read)
 
     def __iter__(self) -> Iterator[Batch]:

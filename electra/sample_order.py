@@ -25,7 +25,9 @@ split, one epoch, ``N`` examples, global batch ``G``:
    the same batches).
 4. **Loader workers** take contiguous groups of their rank's stream segments (``segments``), so a
    worker reads only its streams' regions: each byte is read about once per rank, the shards on
-   the border between two workers' (or ranks') regions by both.
+   the border between two workers' (or ranks') regions by both. A rank with fewer segments than
+   workers (a piece of one stream) gives each worker a contiguous share of its rows instead, so
+   none idles; its workers then read the same shards (once per node with ``electra.node_cache``).
 
 Trade-offs. The cost of streams is memory: every stream a worker serves keeps the shards its
 current block spans decoded at once, so ``streams`` trades the batch's diversity for memory per
@@ -194,14 +196,25 @@ class StreamPlan:
     # ---------------------------------------------------------------- ranks and workers
     def segments(self, worker: int = 0, num_workers: int = 1) -> tuple[Segment, ...]:
         """This rank's slice of every global batch as stream segments, in canonical order; with
-        ``num_workers`` > 1, the contiguous group of them that loader worker ``worker`` serves
-        (empty when there are fewer segments than workers)."""
+        ``num_workers`` > 1, the part of it that loader worker ``worker`` serves: a contiguous
+        group of whole segments, or, when the rank has fewer segments than workers (a piece of
+        one stream), a contiguous share of its rows, so that no worker idles (empty only for a
+        worker beyond the rank's rows)."""
         g = self.rows_per_stream
         a, b = self.rank * self.per_rank, (self.rank + 1) * self.per_rank
         segs = [Segment(c, max(a, c * g) - c * g, min(b, (c + 1) * g) - c * g)
                 for c in range(a // g, (b - 1) // g + 1)]
         num_workers = max(1, num_workers)
-        return tuple(segs[worker * len(segs) // num_workers:(worker + 1) * len(segs) // num_workers])
+        if len(segs) >= num_workers:
+            return tuple(segs[worker * len(segs) // num_workers:(worker + 1) * len(segs) // num_workers])
+        lo, hi = worker * self.per_rank // num_workers, (worker + 1) * self.per_rank // num_workers
+        out, offset = [], 0  # offset: the rank's rows before segment s
+        for s in segs:
+            x, y = max(lo, offset), min(hi, offset + s.rows)
+            if x < y:
+                out.append(Segment(s.stream, s.lo + x - offset, s.lo + y - offset))
+            offset += s.rows
+        return tuple(out)
 
     def _positions(self, segments, steps: np.ndarray) -> np.ndarray:
         """Positions of ``segments`` at each of ``steps``: step-major, then segment, then row."""

@@ -89,7 +89,8 @@ class Trainer:
         self.validation_plan = self._stream_plan(validation_shards, shuffle=False)
         data = self.cfg.data
         self.train_stream = sdata.TrainStream(self.train_plan, num_workers=sdata.loader_workers(data.num_workers),
-                                              prefetch=data.prefetch_shards, start=start.position)
+                                              prefetch=data.prefetch_shards, start=start.position,
+                                              node_cache=data.node_cache)
         self.metrics = MetricsLog(self.run_dir, enabled=self.rank0, resume_step=self.step)
         self.samples = SampleLog(self.run_dir, dist.rank, enabled=self.cfg.data.log_samples,
                                  resume_step=self.step, world_size=dist.world_size)

@@ -1,13 +1,22 @@
 """benchmarks/train_start.py --smoke: the start-up's store traffic per rank, counted by a proxy
 in front of a real S3 server, before (every rank lists the shard folder once per split, the
-rejected parts inline in the manifest) and after (rank 0 lists once, the list apart)."""
+rejected parts inline in the manifest) and after (rank 0 lists once, the list apart); and one
+epoch's shard reads per node by real rank processes, without and with the node cache."""
 from __future__ import annotations
+
+import pytest
 
 from benchmarks import train_start
 
 
-def test_smoke_counts_one_listing_on_rank0_and_a_manifest_free_of_the_quarantine(tmp_path):
-    out = train_start.main(["--smoke", "--ranks", "4", "--rejected", "300", "--json", str(tmp_path / "r.json")])
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    json_out = tmp_path_factory.mktemp("train_start") / "r.json"
+    return train_start.main(["--smoke", "--ranks", "4", "--rejected", "300", "--json", str(json_out)]), json_out
+
+
+def test_smoke_counts_one_listing_on_rank0_and_a_manifest_free_of_the_quarantine(smoke):
+    out, json_out = smoke
     rows = {r["mode"]: r for r in out["startup"]}
     before, after = rows["before"], rows["after"]
     assert before["world"] == after["world"] == 4
@@ -21,4 +30,15 @@ def test_smoke_counts_one_listing_on_rank0_and_a_manifest_free_of_the_quarantine
     assert after["total_requests"] < before["total_requests"]
     # no rank's start writes to the store
     assert all(r["rank0"]["PUT"] == r["last"]["PUT"] == 0 for r in out["startup"])
-    assert (tmp_path / "r.json").exists() and out["node_reads"][0]["world"] == 4
+    assert json_out.exists() and out["node_reads"][0]["world"] == 4
+
+
+def test_smoke_node_reads_each_shard_once_through_the_node_cache(smoke):
+    (row,) = smoke[0]["measured_reads"]  # 2 ranks per node sharing one stream, 2 loader workers each
+    assert (row["world"], row["nodes"], row["ranks"]) == (4, 2, 2)
+    # the proxy's count of shard bytes sent equals the loaders' own count, in both modes
+    assert row["null"]["store_bytes"] == row["null"]["loader_store_bytes"] == row["null"]["decoded_bytes"]
+    assert row["cache"]["store_bytes"] == row["cache"]["loader_store_bytes"] == row["distinct_bytes"]
+    assert row["cache"]["over_distinct"] == 1.0 and row["null"]["over_distinct"] >= 3.0  # 4 consumers, one stream
+    assert row["cache"]["decoded_bytes"] == row["null"]["decoded_bytes"]  # each worker still decodes its own
+    assert row["cache_left"] == []  # every copy deleted, the run's folder removed at the ranks' exit
