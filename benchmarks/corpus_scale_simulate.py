@@ -501,8 +501,11 @@ def run_simulate(sizes: list[float], work: Path, *, rows_per_file: int = 240, re
           f"~{at_cluster['map']:.0f} min of PUTs and ~{at_cluster['reduce']:.0f} min of GETs", flush=True)
     r = choose_reduce_tasks(sizes, rate, budget_minutes) if reduce_tasks == "auto" else int(reduce_tasks)
     projected = projected_minutes(max(sizes), r, rate)
-    print(f"R = {r} ({'chosen for' if reduce_tasks == 'auto' else 'given; budget'} {budget_minutes:g} min of GETs at "
-          f"{max(sizes):g} GB): ~{projected['map']:.0f} + {projected['reduce']:.0f} min projected", flush=True)
+    over = projected["reduce"] > budget_minutes
+    how = ("given" if reduce_tasks != "auto" else "no R fits the budget; the fastest (fewer tasks than CPUs read no faster)"
+           if over else "the largest that fits the budget")
+    print(f"R = {r} ({how}; budget {budget_minutes:g} min of GETs at {max(sizes):g} GB): ~{projected['map']:.0f} min "
+          f"of PUTs + ~{projected['reduce']:.0f} min of GETs projected", flush=True)
     runs = []
     for size in sizes:
         plan = plan_for(size, rows_per_file=rows_per_file, reduce_tasks=r,
@@ -513,7 +516,7 @@ def run_simulate(sizes: list[float], work: Path, *, rows_per_file: int = 240, re
         runs.append(run_size(plan, work))
         print(f"  done in {runs[-1]['seconds']:.0f} s: {runs[-1]['requests']}", flush=True)
         out = {"rate": rate, "reduce_tasks": r, "cluster_reduce_tasks": r_cluster, "budget_minutes": budget_minutes,
-               "rows_per_file": rows_per_file, "runs": runs}
+               "projected_minutes": projected, "rows_per_file": rows_per_file, "runs": runs}
         (work / "simulate.json").write_text(json.dumps(out, indent=1))  # what has run so far
     return out
 

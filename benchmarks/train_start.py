@@ -61,7 +61,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from collections import Counter
 from dataclasses import asdict
 from pathlib import Path
@@ -70,6 +69,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from benchmarks._counting_s3 import CREDENTIALS, start_moto, stop  # noqa: E402
 from tests._s3proxy import S3Proxy, _Handler  # noqa: E402
 
 STARTUP_OVERRIDES = ["train.global_batch_size=2048", "train.micro_batch_size=4"]
@@ -109,24 +109,6 @@ class CountingProxy(S3Proxy):
             kinds["LIST" if method == "GET" and bucket_only else method] += 1
         return {"GET": kinds["GET"], "HEAD": kinds["HEAD"], "LIST": kinds["LIST"], "PUT": kinds["PUT"],
                 "requests": sum(kinds.values()), "bytes": received, "data_bytes": data}
-
-
-def start_moto() -> tuple[subprocess.Popen, str]:
-    from electra.distributed import free_port
-
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    endpoint = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:  # readiness of a server started here
-        try:
-            urllib.request.urlopen(endpoint, timeout=2)
-            return proc, endpoint
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"moto server did not start on {endpoint}")
-            time.sleep(0.2)
 
 
 # ------------------------------------------------------------------------------ corpora
@@ -392,13 +374,17 @@ def main(argv: list[str] | None = None) -> dict:
                 "loader workers per rank")
     import logging
 
+    # main() also runs inside a test process: the logging switch and the store variables set here
+    # are put back on the way out, or every later test in that process would log nothing below
+    # ERROR and reach a stopped proxy
+    saved_env = {k: os.environ.get(k) for k in ("AWS_ENDPOINT_URL", *CREDENTIALS)}
+    saved_disable = logging.root.manager.disable
     logging.disable(logging.WARNING)  # resolve's per-rank info lines, 584 times
     print(cpu_line(), flush=True)
     moto, endpoint = start_moto()
     proxy = CountingProxy(endpoint)
     try:
-        os.environ.update({"AWS_ENDPOINT_URL": proxy.start(), "AWS_ACCESS_KEY_ID": "testing",
-                           "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"})
+        os.environ.update({"AWS_ENDPOINT_URL": proxy.start(), **CREDENTIALS})
         import fsspec
         import s3fs
 
@@ -422,8 +408,16 @@ def main(argv: list[str] | None = None) -> dict:
         reads = node_reads(worlds, shards=args.epoch_shards, per_node=args.ranks_per_node)
     finally:
         proxy.stop()
-        moto.terminate()
-        moto.wait()
+        stop(moto)
+        logging.disable(saved_disable)
+        for k, v in saved_env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        import s3fs
+
+        s3fs.S3FileSystem.clear_instance_cache()
     lines = report(rows, reads, measured, rejected=args.rejected, manifest_bytes=manifest_bytes, geometry=geometry)
     print("\n".join(lines), flush=True)
     result = {"cpu": cpu_line(), "startup": rows, "node_reads": reads, "measured_reads": measured,

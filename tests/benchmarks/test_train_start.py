@@ -4,6 +4,9 @@ rejected parts inline in the manifest) and after (rank 0 lists once, the list ap
 epoch's shard reads per node by real rank processes, without and with the node cache."""
 from __future__ import annotations
 
+import logging
+import os
+
 import pytest
 
 from benchmarks import train_start
@@ -12,7 +15,11 @@ from benchmarks import train_start
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory):
     json_out = tmp_path_factory.mktemp("train_start") / "r.json"
-    return train_start.main(["--smoke", "--ranks", "4", "--rejected", "300", "--json", str(json_out)]), json_out
+    before = logging.root.manager.disable, os.environ.get("AWS_ENDPOINT_URL")
+    out = train_start.main(["--smoke", "--ranks", "4", "--rejected", "300", "--json", str(json_out)])
+    # run in this process: it leaves logging and the store variables as it found them
+    assert (logging.root.manager.disable, os.environ.get("AWS_ENDPOINT_URL")) == before
+    return out, json_out
 
 
 def test_smoke_counts_one_listing_on_rank0_and_a_manifest_free_of_the_quarantine(smoke):
