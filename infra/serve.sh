@@ -2,6 +2,10 @@
 # `make serve`: a local Prefect server (SQLite) + the project's deployments + a process worker,
 # all in the foreground. Ctrl-C stops the worker and the server together.
 set -euo pipefail
+# Job control: the server and the worker run in their own process groups with the default Ctrl-C
+# handling (without it bash starts background jobs ignoring SIGINT, and the worker takes its time
+# over SIGTERM); Ctrl-C reaches this script, whose cleanup interrupts them.
+set -m
 cd "$(dirname "$0")/.."
 export ELECTRA_REPO="$PWD"
 export PREFECT_SERVER_ANALYTICS_ENABLED=false
@@ -35,14 +39,13 @@ WORKER=""
 cleanup() {  # stop the worker and the server; after 10 s of graceful shutdown, kill them
     trap - EXIT INT TERM
     local pids="$SERVER ${WORKER}"
-    kill $pids 2>/dev/null || true
-    for _ in $(seq 1 20); do
-        local alive=""
-        for p in $pids; do kill -0 "$p" 2>/dev/null && alive=1; done
-        [ -z "$alive" ] && break
-        sleep 0.5
-    done
-    kill -9 $pids 2>/dev/null || true
+    kill -INT $pids 2>/dev/null || true
+    # `wait` reaps them as they exit (a `kill -0` loop would see the exited ones as zombies until
+    # the end); a helper kills what is still there after 10 s.
+    ( sleep 10; kill -9 $pids 2>/dev/null ) &
+    local killer=$!
+    wait $pids 2>/dev/null || true
+    kill "$killer" 2>/dev/null || true
     wait 2>/dev/null || true
 }
 trap cleanup EXIT INT TERM

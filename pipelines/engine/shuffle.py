@@ -91,6 +91,10 @@ PARTITIONS_PER_RANGE = 4
 TASK_MEMORY_BYTES = 256 << 20
 # Map files whose index records one reduce task asks for in one batch of concurrent reads.
 READ_BATCH = 1024
+# A reduce task's outputs are passed on to Ray Data in batches of this many calls' outputs (or
+# about this many bytes), concatenated (``_Coalesced``).
+COALESCE_OUTPUTS = 512
+COALESCE_BYTES = 8 << 20
 
 
 @dataclass(frozen=True)
@@ -286,6 +290,7 @@ def read_partition(shuffled: Shuffled, p: int) -> pa.Table | None:
 def _reduce_batch(batch: dict[str, np.ndarray], *, shuffled: Shuffled, fn: Callable, fn_kwargs: dict,
                   batch_format: str, with_partition: bool, memory_bytes: int) -> Iterator[Any]:
     for r in batch["r"]:
+        outputs = _Coalesced()
         for p, table in read_range(shuffled, int(r), memory_bytes=memory_bytes):
             rows = table if batch_format == "pyarrow" else {c: table.column(c).to_numpy(zero_copy_only=False)
                                                             for c in table.column_names}
@@ -293,7 +298,57 @@ def _reduce_batch(batch: dict[str, np.ndarray], *, shuffled: Shuffled, fn: Calla
             out = fn(rows, partition=p, **fn_kwargs) if with_partition else fn(rows, **fn_kwargs)
             del rows
             if out is not None:
-                yield out
+                yield from outputs.add(out)
+        yield from outputs.flush()
+
+
+class _Coalesced:
+    """The reduce function's outputs gathered into batches of ``COALESCE_OUTPUTS`` (or about
+    ``COALESCE_BYTES``), their columns concatenated, in order.
+
+    Why: Ray Data keeps a task's outputs until they fill a block (``target_max_block_size``,
+    counted in column bytes), and most reduce functions return a row or a few per partition. A
+    task's partitions grow with the data (a fixed number of ranges), and each small output held
+    costs kilobytes of Arrow and Python objects for a few bytes of columns: thousands held at
+    once were the one part of a reduce task's memory that grew with the data (measured in
+    docs/build-corpus.md). Concatenated, the held outputs cost their bytes."""
+
+    def __init__(self) -> None:
+        self._held: list[Any] = []
+        self._bytes = 0
+
+    def add(self, out: Any) -> Iterator[Any]:
+        if self._held and not _same_columns(self._held[0], out):
+            yield from self.flush()
+        self._held.append(out)
+        self._bytes += _output_bytes(out)
+        if len(self._held) >= COALESCE_OUTPUTS or self._bytes >= COALESCE_BYTES:
+            yield from self.flush()
+
+    def flush(self) -> Iterator[Any]:
+        held, self._held, self._bytes = self._held, [], 0
+        if len(held) == 1:
+            yield held[0]
+        elif held and isinstance(held[0], pa.Table):
+            yield pa.concat_tables(held).combine_chunks()
+        elif held:
+            yield {k: np.concatenate([np.asarray(h[k]) for h in held]) for k in held[0]}
+
+
+def _same_columns(a: Any, b: Any) -> bool:
+    if isinstance(a, pa.Table) and isinstance(b, pa.Table):
+        return a.schema == b.schema
+    if isinstance(a, dict) and isinstance(b, dict):
+        return list(a) == list(b) and all(np.asarray(a[k]).dtype == np.asarray(b[k]).dtype for k in a)
+    return False
+
+
+def _output_bytes(out: Any) -> int:
+    if isinstance(out, pa.Table):
+        return out.nbytes
+    if isinstance(out, dict):
+        return sum(np.asarray(v).nbytes for v in out.values())
+    return COALESCE_BYTES  # another kind (a DataFrame): passed on as it is
 
 
 def reduce(shuffled: Shuffled, fn: Callable, *, fn_kwargs: dict | None = None, batch_format: str = "numpy",

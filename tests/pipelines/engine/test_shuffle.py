@@ -287,6 +287,34 @@ def test_a_killed_reduce_tasks_spill_is_removed_by_the_next_attempt(tmp_path, mo
     assert sorted(os.listdir(root)) == sorted([left[1], live])
 
 
+@pytest.mark.parametrize("batch_format", ["numpy", "pyarrow"])
+def test_a_reduce_tasks_small_outputs_reach_ray_data_concatenated_in_order(tmp_path, monkeypatch, batch_format):
+    """One small output per partition is passed on in batches of COALESCE_OUTPUTS outputs (a
+    new batch where the columns change), rows in partition order; a None output is skipped."""
+    shuffled, parts, _ = _write_files(tmp_path, ranges=1)
+    monkeypatch.setattr(sh, "COALESCE_OUTPUTS", 3)
+
+    def one_row(rows, *, partition):
+        keys = rows["k"] if batch_format == "numpy" else rows.column("k").to_numpy()
+        if partition == 8:
+            return None
+        if partition >= 10:  # another column set from here on: a batch of its own
+            out = {"p": np.array([partition]), "first": np.array([keys[0]]), "extra": np.array([1.5])}
+        else:
+            out = {"p": np.array([partition]), "first": np.array([keys[0]])}
+        return pa.table(out) if batch_format == "pyarrow" else out
+
+    got = list(sh._reduce_batch({"r": np.array([0])}, shuffled=shuffled, fn=one_row, fn_kwargs={},
+                                batch_format=batch_format, with_partition=True, memory_bytes=1 << 20))
+    want = _want(parts, 0, P, _order(0, ranges=1))  # non-empty partitions: all but 5
+    kept = [q for q in sorted(want) if q != 8]
+    cols = [({c: t.column(c).to_numpy() for c in t.column_names} if batch_format == "pyarrow" else t) for t in got]
+    assert [len(c["p"]) for c in cols] == [3, 3, 2, 2]  # 0-2; 3, 4, 6 (5 empty); 7, 9 (8 None); 10, 11
+    assert np.concatenate([c["p"] for c in cols]).tolist() == kept
+    assert np.concatenate([c["first"] for c in cols]).tolist() == [want[q][0] for q in kept]
+    assert "extra" not in cols[2] and cols[3]["extra"].tolist() == [1.5, 1.5]
+
+
 def test_read_partition_and_bad_numbers(tmp_path):
     shuffled, parts, _ = _write_files(tmp_path)
     for p in range(P):
