@@ -21,17 +21,18 @@ number of ranges, so that requests stay linear), so they cannot be held:
 
 Memory: the buffer (at most ``budget`` bytes, plus the slice that crossed it), one partition's
 rows (``shuffle.partition_mb`` of rows: partitions follow the data) while it is written or while
-its reduce call runs, and up to ``MAX_RUNS`` runs' indexes per level (16 bytes per partition of
-the range each). Runs are
-read through memory maps, one partition at a time: their pages are the kernel's page cache,
-reclaimable, not the task's heap. Local disk: the range's bytes (more by one merge's output while
-it runs), in
-``ELECTRA_SPILL_DIR`` or the system's temp folder, in a folder tagged with the shuffle, the range
-and the process: removed when the task ends, even on error, and by the next attempt of the same
-range on that node if a kill left it behind (its process is gone). The alternative, a streaming k-way merge of the map files' sorted slices
-(datatrove's MinHash buckets), needs one open stream per map file, thousands at scale; one
-sequential read of each slice into local runs keeps the store's requests at one per map file
-and its connections few.
+its reduce call runs, and one run's index while a merge adds it up. Runs and their indexes (16
+bytes per partition of the range each, up to ``MAX_RUNS`` runs per level open) are read through
+memory maps, one partition at a time: their pages are the kernel's page cache, reclaimable, not
+the task's heap (held in the heap, the indexes were the part of a reduce task's memory that grew
+with partitions x runs). Local disk: the range's bytes (more by one merge's output while it
+runs), in ``ELECTRA_SPILL_DIR`` or the system's temp folder, in a folder tagged with the
+shuffle, the range and the process: removed when the task ends, even on error, and by the next
+attempt of the same range on that node if a kill left it behind (its process is gone).
+
+The alternative, a streaming k-way merge of the map files' sorted slices (datatrove's MinHash
+buckets), needs one open stream per map file, thousands at scale; one sequential read of each
+slice into local runs keeps the store's requests at one per map file and its connections few.
 """
 from __future__ import annotations
 
@@ -56,24 +57,33 @@ def spill_root() -> str:
 
 
 class _Run:
-    """A run file: partitions' rows in partition order, one record batch per non-empty partition."""
+    """A run file: partitions' rows in partition order, one record batch per non-empty partition.
+    Its index (each partition's row count, and its batch number) is written beside it and read
+    through memory maps: page cache, not the task's heap, however many partitions the range
+    holds and however many runs are open."""
 
     def __init__(self, path: str, counts: np.ndarray, schema: pa.Schema, level: int):
-        self.path, self.counts, self.schema, self.level = path, counts, schema, level
+        self.path, self.schema, self.level = path, schema, level
         nonempty = counts > 0
-        self.batch = np.where(nonempty, np.cumsum(nonempty) - 1, -1)  # partition i -> its batch
+        np.save(path + ".counts.npy", counts.astype(np.int64, copy=False))
+        np.save(path + ".batch.npy", np.where(nonempty, np.cumsum(nonempty) - 1, -1))  # partition -> batch
+        self.counts = np.load(path + ".counts.npy", mmap_mode="r")
+        self.batch = np.load(path + ".batch.npy", mmap_mode="r")
         self._reader: pa.ipc.RecordBatchFileReader | None = None
 
     def rows(self, i: int) -> pa.RecordBatch | None:
-        if self.batch[i] < 0:
+        b = int(self.batch[i])
+        if b < 0:
             return None
         if self._reader is None:
             self._reader = pa.ipc.open_file(pa.memory_map(self.path))
-        return self._reader.get_batch(int(self.batch[i]))
+        return self._reader.get_batch(b)
 
     def remove(self) -> None:
         self._reader = None
-        os.remove(self.path)
+        self.counts = self.batch = None  # the maps, before their files go
+        for path in (self.path, self.path + ".counts.npy", self.path + ".batch.npy"):
+            os.remove(path)
 
 
 class RangeSpill:
@@ -167,7 +177,9 @@ class RangeSpill:
         partition by partition, in run order: the runs stay in the order their rows came."""
         old = self._runs[-MAX_RUNS:]
         del self._runs[-MAX_RUNS:]
-        counts = np.sum([r.counts for r in old], axis=0)
+        counts = np.zeros(self.hi - self.lo, dtype=np.int64)
+        for r in old:  # one run's index at a time, not MAX_RUNS of them stacked
+            counts += r.counts
         def rows_of(i: int) -> pa.Table:
             return pa.Table.from_batches([b for b in (r.rows(i) for r in old) if b is not None])
 

@@ -253,11 +253,13 @@ def test_a_killed_attempts_folder_is_removed_by_the_next_attempt_of_the_same_nam
         spill.add(tables[0])
         left = Path(spill._dir)
         assert left.name.startswith(f"{_tag(name)}.{os.getpid()}.")
-        assert sorted(os.listdir(left)) == ["run-000000.arrow"]
+        assert sorted(os.listdir(left)) == ["run-000000.arrow", "run-000000.arrow.batch.npy",
+                                            "run-000000.arrow.counts.npy"]  # the run and its index
         assert (left / "run-000000.arrow").read_bytes()[:6] == b"ARROW1"
         for t in tables[1:]:
             spill.add(t)
-        assert sorted(os.listdir(left)) == [f"run-{i:06d}.arrow" for i in range(sum(t.num_rows > 0 for t in tables))]
+        assert sorted(os.listdir(left)) == sorted(f"run-{i:06d}.arrow{x}" for i in range(sum(t.num_rows > 0 for t in tables))
+                                                  for x in ("", ".batch.npy", ".counts.npy"))
         assert spill.spilled_bytes == sum(os.path.getsize(f) for f in glob.glob(str(left / "run-*.arrow")))
         assert _drain(spill) == _expected(tables)  # none of the junk read
     assert not left.exists()
@@ -306,6 +308,11 @@ def test_runs_are_merged_by_levels(tmp_path, monkeypatch, spills):
             assert len(on_disk) == len(alive) == sum(_digits(n, k))
             assert spill.spilled_bytes == sum(os.path.getsize(f) for f in on_disk)
         assert max(r.level for r in spill._runs) == top
+        # each run's index is a memory map of a file (page cache, not the task's heap), and the
+        # live runs' counts add up to the rows added per partition (np.bincount of the adds)
+        assert all(isinstance(r.counts, np.memmap) and isinstance(r.batch, np.memmap) for r in spill._runs)
+        added = np.bincount(np.concatenate([t.column(PART).to_numpy() for t in tables]) - LO, minlength=HI - LO)
+        assert np.sum([np.asarray(r.counts) for r in spill._runs], axis=0).tolist() == added.tolist()
         assert _drain(spill) == _expected(tables)
     assert len(merges_seen) == _lsm(spills, k)[0]
     for levels, files in merges_seen:
