@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import tarfile
+import threading
 from dataclasses import dataclass, field
 from typing import IO, Any
 
@@ -138,9 +139,17 @@ def encode_shard(examples: Examples, *, vocab_size: int, chunk_tokens: int = CHU
 
 
 # ------------------------------------------------------------------------------ decoding
+# np.load parses the .npy header with ast.literal_eval, and CPython 3.11's AST builder keeps its
+# recursion depth per interpreter, not per thread (gh-106905): loaders decoding shards in several
+# threads at once failed now and then with "SystemError: AST constructor recursion depth
+# mismatch". One load at a time; the arrays are small copies.
+_NPY_LOCK = threading.Lock()
+
+
 def _load(payload: bytes, where: str) -> np.ndarray:
     try:
-        return np.load(io.BytesIO(payload), allow_pickle=False)
+        with _NPY_LOCK:
+            return np.load(io.BytesIO(payload), allow_pickle=False)
     except (ValueError, OSError, EOFError) as exc:
         raise ValueError(f"{where}: not a .npy array ({exc})") from exc
 

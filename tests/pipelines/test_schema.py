@@ -86,6 +86,25 @@ def test_webdataset_reads_the_chunks_and_decode_sample_takes_them(tmp_path):
     assert rows_of(from_bytes) == rows_of(from_arrays) == rows_of(ex)
 
 
+def test_npy_members_are_loaded_one_at_a_time(monkeypatch):
+    """Every np.load of a shard member runs under the module's lock (CPython 3.11's AST builder,
+    which parses .npy headers, is not safe across threads, gh-106905); the lock is free after."""
+    from pipelines.schema import shards
+
+    ex = make_examples(40, seed=3, vocab=1000)
+    raw = schema.encode_shard(ex, vocab_size=1000, chunk_tokens=300)
+    real_load, held = np.load, []
+
+    def load(*args, **kwargs):
+        held.append(shards._NPY_LOCK.locked())
+        return real_load(*args, **kwargs)
+
+    monkeypatch.setattr(np, "load", load)
+    got = schema.read_shard(io.BytesIO(raw), "s")
+    assert rows_of(got) == rows_of(ex)
+    assert held and all(held) and not shards._NPY_LOCK.locked()
+
+
 def test_chunk_bounds_close_at_the_token_budget():
     assert schema.chunk_bounds([], 10) == []
     assert schema.chunk_bounds([4, 4, 4, 4, 4], 10) == [(0, 3), (3, 5)]
