@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -81,6 +82,24 @@ def write_parts(folder: Path, n: int) -> None:
         pq.write_table(pa.table({"uid": uid, "text": [f"doc {u}" for u in uid]}), folder / f"part-{i:06d}.parquet")
 
 
+def summary(results: list[dict]) -> list[str]:
+    """Side by side where both plans ran (before / after), and how each plan's driver peak grows
+    per read task between consecutive sizes (KB per task)."""
+    lines = []
+    by = {(r["tasks"], r["plan"]): r for r in results}
+    for n in sorted({r["tasks"] for r in results}):
+        if (n, "before") in by and (n, "after") in by:
+            b, a = by[n, "before"]["driver_peak_rss_mb"], by[n, "after"]["driver_peak_rss_mb"]
+            lines.append(f"{n:>7} tasks: driver peak RSS before / after = {b:.1f} / {a:.1f} MB = {b / a:.2f}x")
+    for plan in ("before", "after"):
+        runs = sorted((r for r in results if r["plan"] == plan), key=lambda r: r["tasks"])
+        for lo, hi in zip(runs, runs[1:]):
+            per_task = (hi["driver_peak_rss_mb"] - lo["driver_peak_rss_mb"]) * 1024 / (hi["tasks"] - lo["tasks"])
+            lines.append(f"{plan:<6} {lo['tasks']:>6} -> {hi['tasks']:>6} tasks: "
+                         f"{hi['driver_peak_rss_mb'] / lo['driver_peak_rss_mb']:.2f}x peak, {per_task:.1f} KB per added task")
+    return lines
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--tasks", default="1000,4000,16000,64000")
@@ -112,7 +131,11 @@ def main() -> int:
             results.append(r)
             print(f"{n:>7} tasks  {plan:<6}  blocks {r['blocks']!s:>6}  driver peak RSS {r['driver_peak_rss_mb']:>8.1f} MB"
                   f"  ({r['seconds']:.1f} s)", flush=True)
+    for line in summary(results):
+        print(line)
     print(f"load average {os.getloadavg()}")
+    if not args.work:
+        shutil.rmtree(work, ignore_errors=True)
     if args.json:
         Path(args.json).write_text(json.dumps({"cpu": model, "results": results}, indent=1))
     return 0

@@ -67,11 +67,11 @@ import numpy as np
 import pyarrow as pa
 
 from common import storage
-from pipelines.engine.map_file import (PART, MapFileError, decode_slice, encode_map_file, index_range,
-                                       range_bounds, slice_bounds)
+from pipelines.engine.map_file import (PART, MapFile, MapFileError, MapFiles, decode_slice, encode_map_file,
+                                       index_range, range_bounds, slice_bounds)
 from pipelines.engine.spill import RangeSpill
 
-__all__ = ["PART", "MapFile", "MapFileError", "Shuffled", "default_ranges", "group_apply", "hash_partition",
+__all__ = ["PART", "MapFile", "MapFileError", "MapFiles", "Shuffled", "default_ranges", "group_apply", "hash_partition",
            "read_partition", "read_range", "reduce", "shuffle"]
 
 # Bytes of rows per map file (``shuffle.map_file_mb``): the map task sorts this much in memory
@@ -98,24 +98,22 @@ COALESCE_BYTES = 8 << 20
 
 
 @dataclass(frozen=True)
-class MapFile:
-    name: str
-    bytes: int
-    rows: int
-
-
-@dataclass(frozen=True)
 class Shuffled:
-    """A finished map side: ``files`` in ``folder``, each holding ``ranges`` slices of ``partitions``."""
+    """A finished map side: ``files`` in ``folder`` (any sequence of ``MapFile``, kept as a
+    compact ``MapFiles``), each holding ``ranges`` slices of ``partitions``."""
     folder: str
     partitions: int
-    files: tuple[MapFile, ...]
+    files: MapFiles
     ranges: int = 1
     stats: dict[str, Any] = field(default_factory=dict, compare=False)
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.files, MapFiles):
+            object.__setattr__(self, "files", MapFiles(self.files))
+
     @property
     def rows(self) -> int:
-        return sum(f.rows for f in self.files)
+        return self.files.total_rows
 
     def bounds(self, r: int) -> tuple[int, int]:
         return range_bounds(self.partitions, self.ranges, r)
@@ -215,9 +213,9 @@ def shuffle(ds: Any, *, partitions: int, folder: str, file_bytes: int = FILE_BYT
                 submit()
     submit()
     collect(ray.get(in_flight))
-    files = tuple(sorted((MapFile(**d) for d in done), key=lambda f: f.name))
+    files = MapFiles(sorted((MapFile(**d) for d in done), key=lambda f: f.name))
     stats = {"name": name, "partitions": partitions, "ranges": ranges, "blocks_in": blocks,
-             "map_files": len(files), "rows": sum(f.rows for f in files), "bytes": sum(f.bytes for f in files),
+             "map_files": len(files), "rows": files.total_rows, "bytes": files.total_bytes,
              "map_task_peak_rss": peak_rss, "map_seconds": round(time.perf_counter() - start, 3)}
     return Shuffled(folder=folder, partitions=partitions, files=files, ranges=ranges, stats=stats)
 
@@ -234,7 +232,7 @@ def read_range(shuffled: Shuffled, r: int, *, memory_bytes: int = TASK_MEMORY_BY
     # Each range starts at its own place in the (name-ordered) list, so the tasks' concurrent
     # reads fall on different key prefixes rather than all on the first few.
     start = r * len(shuffled.files) // shuffled.ranges
-    files = shuffled.files[start:] + shuffled.files[:start]
+    files = shuffled.files.take(np.roll(np.arange(len(shuffled.files)), -start))
     with RangeSpill(lo, hi, budget=memory_bytes, name=f"{shuffled.folder}#{r}") as spill:
         for first in range(0, len(files), READ_BATCH):
             batch = files[first:first + READ_BATCH]

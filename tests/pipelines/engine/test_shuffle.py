@@ -456,7 +456,7 @@ def test_reduce_of_an_empty_shuffle(ray_local, tmp_path):
 
     ds = ray_local.data.range(10).map_batches(_keyed, batch_format="numpy", fn_kwargs={"partitions": 3})
     shuffled = sh.shuffle(ds.filter(expr=col("v") < 0), partitions=3, folder=str(tmp_path / "e"))
-    assert shuffled.files == () and shuffled.rows == 0 and shuffled.stats["map_files"] == 0
+    assert len(shuffled.files) == 0 and shuffled.rows == 0 and shuffled.stats["map_files"] == 0
     assert shuffled.ranges == 3  # at most one per partition
     assert storage.find(str(tmp_path / "e")) == []
     assert sh.reduce(shuffled, _calls, with_partition=True).take_all() == []
