@@ -105,6 +105,12 @@ def configure_data_context() -> None:
     # wrapped in Ray Data's UserCodeException: the runner decides from its type whether a stage
     # attempt may be retried, and the CLI prints its one line.
     ctx.raise_original_map_exception = True
+    # Ray Data fails a Dataset whose operators move no block for 30 minutes. A shuffle's reduce
+    # task reads its whole range before its first output, and with a fixed number of ranges that
+    # read grows with the data: a 10 TB simulation was killed by this watchdog mid-read while
+    # every task progressed. Stalls are bounded where they happen instead: every store request
+    # is retried within a budget renewed by progress (common.storage), and fails the stage past it.
+    ctx.execution_no_progress_timeout_s = -1
     ctx.enable_progress_bars = bool(os.environ.get("ELECTRA_PROGRESS", ""))
     if not ctx.enable_progress_bars:
         # Ray Data's once-per-process hint "Progress bars disabled. To enable, set ..." answers a

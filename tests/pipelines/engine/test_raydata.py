@@ -19,6 +19,8 @@ def test_data_context_settings(ray_local):
     configure_data_context()
     ctx = ray_local.data.DataContext.get_current()
     assert ctx.op_resource_reservation_enabled is False
+    assert ctx.raise_original_map_exception is True
+    assert ctx.execution_no_progress_timeout_s == -1  # a reduce task's long read is not a hang
 
 
 def test_read_tasks_go_into_a_bounded_number_of_blocks(ray_local):
