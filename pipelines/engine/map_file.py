@@ -243,4 +243,3 @@ class MapFiles(Sequence):
 
     def __repr__(self) -> str:
         return f"MapFiles({len(self)} files, {self.total_bytes} bytes)"
-

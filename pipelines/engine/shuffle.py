@@ -308,7 +308,7 @@ class _Coalesced:
     counted in column bytes), and most reduce functions return a row or a few per partition. A
     task's partitions grow with the data (a fixed number of ranges), and each small output held
     costs kilobytes of Arrow and Python objects for a few bytes of columns: thousands held at
-    once were the one part of a reduce task's memory that grew with the data (measured in
+    once were one of the parts of a reduce task's memory that grew with the data (measured in
     docs/build-corpus.md). Concatenated, the held outputs cost their bytes."""
 
     def __init__(self) -> None:
