@@ -5,7 +5,7 @@ in an epoch.
         [--shards 16] [--ranks-per-node 8] [--node-shards 128] [--shard-examples 32]
         [--loader-workers 2] [--run-nodes 2] [--json OUT] [--smoke]
 
-Two measurements, in one process:
+Three measurements, in one process:
 
 1. **Start-up requests and bytes per rank**, against a real S3 API (moto's server, started here)
    behind a counting proxy (``tests._s3proxy.S3Proxy``, its handler extended to count the bytes
@@ -49,6 +49,10 @@ Two measurements, in one process:
      more than ``--run-nodes`` (2) nodes the first and last run (smoke: the first), as printed:
      a node's reads depend only on its own ranks' plans.
 
+3. **Checkpoint bytes per rank at resume**, from the run directory, with and without the node's
+   checkpoint mirror, for both layouts a resume loads (``benchmarks/resume_reads.py``, which says
+   how; ELECTRA-Large's sizes divided by 64).
+
 ``--smoke`` shrinks it to seconds (the test's configuration). The CPU (``lscpu``'s model name)
 and the load average are printed beside the figures.
 """
@@ -69,6 +73,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from benchmarks import resume_reads  # noqa: E402
 from benchmarks._counting_s3 import CREDENTIALS, start_moto, stop  # noqa: E402
 from tests._s3proxy import S3Proxy, _Handler  # noqa: E402
 
@@ -406,6 +411,8 @@ def main(argv: list[str] | None = None) -> dict:
                                       workers=args.loader_workers, batch=batch, streams=streams, block=block,
                                       run_nodes=args.run_nodes)
         reads = node_reads(worlds, shards=args.epoch_shards, per_node=args.ranks_per_node)
+        scale, tensors = (4096.0, 6) if args.smoke else (64.0, 96)
+        resume = resume_reads.measure(worlds, per_node=args.ranks_per_node, scale=scale, tensors=tensors)
     finally:
         proxy.stop()
         stop(moto)
@@ -419,9 +426,10 @@ def main(argv: list[str] | None = None) -> dict:
 
         s3fs.S3FileSystem.clear_instance_cache()
     lines = report(rows, reads, measured, rejected=args.rejected, manifest_bytes=manifest_bytes, geometry=geometry)
+    lines += ["", *resume_reads.report(resume, scale=scale)]
     print("\n".join(lines), flush=True)
     result = {"cpu": cpu_line(), "startup": rows, "node_reads": reads, "measured_reads": measured,
-              "manifest_bytes": manifest_bytes, "args": vars(args)}
+              "resume_reads": resume, "manifest_bytes": manifest_bytes, "args": vars(args)}
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2))
     return result

@@ -46,6 +46,7 @@ from common.storage import write_bytes
 from electra import eval_handoff as handoff_
 from electra import run_layout as layout
 from electra import universal_checkpoint as universal_ckpt
+from electra.checkpoint_mirror import CheckpointMirror
 from electra.deepspeed_states import install_safe_loader, safe_load, weights_only_loads
 from electra.run_layout import CheckpointMeta
 
@@ -118,7 +119,8 @@ def save_checkpoint(engine, run_dir: str | Path, meta: CheckpointMeta, *, rank: 
     return step_dir
 
 
-def load_checkpoint(engine, step_dir: Path, *, rank: int, universal: bool = False) -> CheckpointMeta:
+def load_checkpoint(engine, step_dir: Path, *, rank: int, universal: bool = False,
+                    mirror: CheckpointMirror | None = None) -> CheckpointMeta:
     """Restore DeepSpeed state and this rank's RNG from a complete checkpoint; every rank calls it.
 
     ``universal=False``: DeepSpeed's own files in ``step_dir`` (same world size, ZeRO stage and
@@ -129,8 +131,19 @@ def load_checkpoint(engine, step_dir: Path, *, rank: int, universal: bool = Fals
     param groups, LR scheduler and global step; on the universal path the frozen parameters and
     buffers, which DeepSpeed leaves as initialised there, are copied from the model states.
     RNG comes from ``step_dir/rng_rank{rank}.json`` when that file exists (a rank beyond the
-    saved world size has none: a warning, training continues, not bitwise)."""
-    step_dir = Path(step_dir)
+    saved world size has none: a warning, training continues, not bitwise). ``mirror``: the node's
+    mirror of the folder loaded (``CheckpointMirror.open`` by every rank before this call), through
+    which the files every rank loads are read once per node; closed here, loaded or not."""
+    try:
+        return _load(engine, Path(step_dir), rank=rank, universal=universal,
+                     redirect=None if mirror is None else mirror.local)
+    finally:
+        if mirror is not None:
+            install_safe_loader(engine)  # no redirect past this load: the mirror goes
+            mirror.close()
+
+
+def _load(engine, step_dir: Path, *, rank: int, universal: bool, redirect) -> CheckpointMeta:
     meta = CheckpointMeta.read(step_dir)
     if bool(engine.load_universal_checkpoint()) != universal:
         raise RuntimeError(f"{step_dir}: universal={universal} but the engine was built with checkpoint."
@@ -140,15 +153,15 @@ def load_checkpoint(engine, step_dir: Path, *, rank: int, universal: bool = Fals
     load_dir = universal_ckpt.universal_dir(step_dir) if universal else step_dir
     if universal and not universal_ckpt.is_converted(step_dir):
         raise FileNotFoundError(f"{load_dir}: no universal checkpoint (prepare_universal converts it)")
-    install_safe_loader(engine)
+    install_safe_loader(engine, redirect)
     # The universal loaders call torch.load themselves, not through the checkpoint engine.
-    with weights_only_loads() if universal else contextlib.nullcontext():
+    with weights_only_loads(redirect) if universal else contextlib.nullcontext():
         path, _ = engine.load_checkpoint(str(load_dir.parent), tag=load_dir.name, load_optimizer_states=True,
                                          load_lr_scheduler_states=True)
     if path is None:
         raise RuntimeError(f"{load_dir}: DeepSpeed could not load this checkpoint")
     if universal:
-        _restore_unoptimised(engine.module, load_dir)
+        _restore_unoptimised(engine.module, load_dir, redirect)
     rng_file = step_dir / f"rng_rank{rank}.json"
     if rng_file.is_file():
         set_rng_state(json.loads(rng_file.read_text()))
@@ -172,12 +185,14 @@ def _check_direct_load(engine, step_dir: Path) -> None:
             f"load_checkpoint(universal=True) (offline conversion: {universal_ckpt.CONVERT_COMMAND} {step_dir})")
 
 
-def _restore_unoptimised(module: torch.nn.Module, load_dir: Path) -> None:
+def _restore_unoptimised(module: torch.nn.Module, load_dir: Path, redirect) -> None:
     """Frozen parameters and buffers from the model states: a universal load sets only what the
     optimiser holds (from the fp32 masters) and leaves the rest as the fresh model had it."""
     wanted = {n for n, p in module.named_parameters(remove_duplicate=False) if not p.requires_grad}
     wanted |= {n for n, _ in module.named_buffers(remove_duplicate=False)}
     if not wanted:
         return
-    saved = safe_load(load_dir / "mp_rank_00_model_states.pt", mmap=True)["module"]
-    module.load_state_dict({k: v for k, v in saved.items() if k in wanted}, strict=False)
+    path = load_dir / "mp_rank_00_model_states.pt"
+    with contextlib.nullcontext(path) if redirect is None else redirect(path) as local:
+        saved = safe_load(local, mmap=True)["module"]
+        module.load_state_dict({k: v for k, v in saved.items() if k in wanted}, strict=False)

@@ -18,7 +18,9 @@ group, config, engine) is ``electra.distributed``.
 """
 from __future__ import annotations
 
-from contextlib import contextmanager
+import os
+from collections.abc import Callable
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 import torch
@@ -35,23 +37,40 @@ def safe_globals_list() -> list:
     return [LossScaler, DynamicLossScaler, ZeroStageEnum, fragment_address]
 
 
+# ``redirect(path)``: a context manager giving the file to read for ``path`` (the node's copy,
+# ``electra.checkpoint_mirror.CheckpointMirror.local``); None reads ``path`` itself.
+Redirect = Callable[[str], AbstractContextManager[str]]
+
+
+def _load(load, f, redirect: Redirect | None, *args, **kwargs):
+    if redirect is None or not isinstance(f, (str, os.PathLike)):
+        return load(f, *args, **kwargs)
+    with redirect(f) as local:
+        return load(local, *args, **kwargs)
+
+
 class _SafeLoad:
-    """Delegates to DeepSpeed's checkpoint engine, but loads with ``weights_only=True``."""
+    """Delegates to DeepSpeed's checkpoint engine, but loads with ``weights_only=True`` (through
+    ``redirect`` when one is set)."""
 
     def __init__(self, inner):
         self._inner = inner
+        self.redirect: Redirect | None = None
 
     def __getattr__(self, name):
         return getattr(self._inner, name)
 
     def load(self, path: str, map_location=None):
         with torch.serialization.safe_globals(safe_globals_list()):
-            return torch.load(path, map_location=map_location, weights_only=True)
+            return _load(torch.load, path, self.redirect, map_location=map_location, weights_only=True)
 
 
-def install_safe_loader(engine) -> None:
+def install_safe_loader(engine, redirect: Redirect | None = None) -> None:
+    """Weights-only loads for ``engine``'s checkpoint engine, read through ``redirect`` (until the
+    next call sets another)."""
     if not isinstance(engine.checkpoint_engine, _SafeLoad):
         engine.checkpoint_engine = _SafeLoad(engine.checkpoint_engine)
+    engine.checkpoint_engine.redirect = redirect
 
 
 def safe_load(path: str | Path, *, mmap: bool = False):
@@ -61,14 +80,15 @@ def safe_load(path: str | Path, *, mmap: bool = False):
 
 
 @contextmanager
-def weights_only_loads():
-    """Make every ``torch.load`` inside (e.g. DeepSpeed's zero_to_fp32) use ``weights_only=True``."""
+def weights_only_loads(redirect: Redirect | None = None):
+    """Make every ``torch.load`` inside (e.g. DeepSpeed's zero_to_fp32) use ``weights_only=True``,
+    reading files through ``redirect`` when given."""
     original = torch.load
 
     def safe(f, *args, **kwargs):
         kwargs["weights_only"] = True
         with torch.serialization.safe_globals(safe_globals_list()):
-            return original(f, *args, **kwargs)
+            return _load(original, f, redirect, *args, **kwargs)
 
     torch.load = safe
     try:

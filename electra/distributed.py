@@ -255,25 +255,32 @@ def barrier() -> None:
         dist.barrier()
 
 
-def barrier_within(seconds: float) -> Callable[[], None]:
-    """A barrier that waits up to ``seconds`` (the default process group's collectives give up
-    after DeepSpeed's timeout, 10 minutes unless ``DEEPSPEED_TIMEOUT`` says otherwise), for a wait
-    whose length is known from its work (rank 0 converting a checkpoint). Every rank calls this
-    (creating the group is collective), then the returned function, once. The group is gloo, on
-    the CPU, so a long wait holds no GPU collective."""
-    import datetime
+class Agreement:
+    """``agree(failed) -> bool``: every rank says whether it failed and learns whether any did (an
+    all-reduce MAX on a gloo group of its own, on the CPU, so a long wait holds no GPU collective),
+    waiting up to ``seconds`` (the default group's collectives give up after DeepSpeed's timeout,
+    10 minutes unless ``DEEPSPEED_TIMEOUT`` says otherwise): for waits whose length is known from
+    their work (ranks converting a checkpoint). Creating it is collective; call it any number of
+    times, then ``close`` on every rank. One process: ``agree(failed)`` is ``failed``."""
 
-    if not (dist.is_initialized() and dist.get_world_size() > 1):
-        return lambda: None
-    group = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=max(1.0, seconds)))
+    def __init__(self, seconds: float):
+        import datetime
 
-    def wait() -> None:
-        try:
-            dist.barrier(group=group)
-        finally:
-            dist.destroy_process_group(group)
+        self.group = None
+        if dist.is_initialized() and dist.get_world_size() > 1:
+            self.group = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=max(1.0, seconds)))
 
-    return wait
+    def __call__(self, failed: bool) -> bool:
+        if self.group is None:
+            return failed
+        flag = torch.tensor([int(failed)])
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self.group)
+        return bool(flag.item())
+
+    def close(self) -> None:
+        if self.group is not None:
+            dist.destroy_process_group(self.group)
+            self.group = None
 
 
 def all_reduce_sum(t: torch.Tensor) -> torch.Tensor:

@@ -141,7 +141,7 @@ def _same_file(fd: int, path: str) -> bool:
 
 
 @contextmanager
-def _locked(path: str) -> Iterator[int]:
+def locked(path: str) -> Iterator[int]:
     """An exclusive flock on ``path`` that still names the locked file once granted (its last
     user deletes it while holding the lock)."""
     while True:
@@ -160,7 +160,7 @@ def _locked(path: str) -> Iterator[int]:
         os.close(fd)  # releases the lock
 
 
-def _private_folder(path: str) -> None:
+def private_folder(path: str) -> None:
     """Create ``path`` (0700) if needed; refuse one another user could write in (module docstring: trust)."""
     os.makedirs(path, mode=0o700, exist_ok=True)
     st = os.stat(path)
@@ -228,11 +228,11 @@ def join(folder: str) -> None:
         if folder in _JOINED and _JOINED[folder][1] == os.getpid():
             return
         root = os.path.dirname(os.path.dirname(folder))
-        _private_folder(os.path.dirname(folder))
+        private_folder(os.path.dirname(folder))
         _sweep(root, keep=folder)
         owner = os.path.join(folder, OWNER)
         while True:
-            _private_folder(folder)
+            private_folder(folder)
             try:
                 fd = os.open(owner, os.O_RDWR | os.O_CREAT, 0o600)
             except FileNotFoundError:
@@ -306,7 +306,7 @@ class NodeCache:
         root = auto_root() if setting == AUTO else setting
         folder = os.path.join(os.path.abspath(root), corpus_name(plan.shards), run_name(env))
         if setting == AUTO:
-            _private_folder(root)
+            private_folder(root)
         join(folder)
         return cls(folder, node)
 
@@ -350,7 +350,7 @@ class Consumer:
         if self.uses[index] < 1:  # counted for no consumer of the node: never left behind
             return self._download(shard, None)
         entry = self._entry(index)
-        with _locked(entry + ".lock"):
+        with locked(entry + ".lock"):
             copy = self._open_copy(entry + ".tar", shard)
             if copy is None:
                 return self._download(shard, entry)
@@ -406,7 +406,7 @@ class Consumer:
         if self.uses[index] < 1:
             return
         entry = self._entry(index)
-        with _locked(entry + ".lock") as fd:
+        with locked(entry + ".lock") as fd:
             done = int(os.pread(fd, 32, 0).strip() or b"0") + 1
             if done >= self.uses[index]:
                 Path(entry + ".tar").unlink(missing_ok=True)

@@ -111,9 +111,9 @@ class PretrainRunner:
         import torch
 
         from electra import checkpoint as ckpt
+        from electra.checkpoint_mirror import CheckpointMirror
         from electra.data import DataPosition
         from electra.optim import build_optimizer, build_scheduler
-        from electra.universal_checkpoint import conversion_timeout, prepare_universal
 
         plan, rank0 = self.plan, self.dist.rank == 0
         objective = build_objective(plan)
@@ -123,23 +123,27 @@ class PretrainRunner:
         optimizer = build_optimizer(objective, plan.cfg.optimizer, device="cuda" if torch.cuda.is_available() else "cpu")
         if rank0:
             log.info("optimizer: %s", type(optimizer).__name__)
-        if plan.resume is not None:  # rank 0 converts to the universal layout when the world size changed
+        if plan.resume is not None:  # the ranks convert to the universal layout when the world size changed
             if rank0:
                 log.info("resume: %s", plan.resume.message)
-            wait = (D.barrier_within(conversion_timeout(plan.resume.step_dir)) if plan.resume.universal
-                    else D.barrier)  # rank 0 may convert for longer than a collective's timeout
-            prepare_universal(plan.resume, rank=self.dist.rank, barrier=wait)
+            self._prepare_universal(plan.resume)
+        # the node's ranks share one read of the files all of them load; all join before any loads
+        mirror = None if plan.resume is None else CheckpointMirror.open(
+            plan.cfg.data.node_cache, plan.resume.load_dir, rank=self.dist.rank, world_size=self.dist.world_size)
         engine = D.build_engine(objective, optimizer, build_scheduler(optimizer, plan.cfg.optimizer), plan.ds_config)
+        if plan.resume is not None:
+            D.barrier()
         seed_everything(plan.cfg.train.seed + 1000 * (self.dist.rank + 1))  # distinct masks per rank
         start = StartState()
         if plan.resume_dir is not None:
-            meta = ckpt.load_checkpoint(engine, plan.resume_dir, rank=self.dist.rank, universal=plan.resume.universal)
+            meta = ckpt.load_checkpoint(engine, plan.resume_dir, rank=self.dist.rank, universal=plan.resume.universal,
+                                        mirror=mirror)
             start = StartState(meta.step, meta.tokens_seen, meta.wall_time, DataPosition.from_dict(meta.data_position))
             log.info("resumed from %s (step %d, data %s, saved on %d ranks, now %d)", plan.resume_dir, meta.step,
                      start.position, meta.world_size, self.dist.world_size)
         elif plan.resume_schedule:  # the init checkpoint's optimiser and schedule; the new data from its start
             meta = ckpt.load_checkpoint(engine, plan.init.step_dir, rank=self.dist.rank,
-                                        universal=plan.resume.universal)
+                                        universal=plan.resume.universal, mirror=mirror)
             start = StartState(meta.step, meta.tokens_seen)
             log.info("optimiser state and schedule of %s: continuing at step %d on the new data",
                      plan.init.step_dir, meta.step)
@@ -147,6 +151,26 @@ class PretrainRunner:
         self.trainer = Trainer(plan, self.dist, engine, start, train_shards=train_shards,
                                validation_shards=validation_shards, train_mixture=mixture, hooks=self.hooks)
         return self.trainer
+
+    def _prepare_universal(self, resume) -> None:
+        """Every rank converts a share (``electra.universal_conversion``), reading the step dir's
+        shared files once per node, its waits sized to the conversion (longer than a collective's
+        timeout may be needed)."""
+        from electra.checkpoint_mirror import CheckpointMirror
+        from electra.universal_checkpoint import conversion_timeout, prepare_universal
+
+        if not resume.universal:
+            return
+        agree = D.Agreement(conversion_timeout(resume.step_dir))
+        source = CheckpointMirror.open(self.plan.cfg.data.node_cache, resume.step_dir, rank=self.dist.rank,
+                                       world_size=self.dist.world_size)
+        try:  # the agreement's first call is collective: every rank has joined the mirror before it
+            prepare_universal(resume, rank=self.dist.rank, world_size=self.dist.world_size, agree=agree,
+                              redirect=None if source is None else source.local)
+        finally:
+            agree.close()
+            if source is not None:
+                source.close()
 
     def train(self) -> None:
         self.trainer.run()

@@ -28,7 +28,7 @@ the run layout never lists it as a checkpoint (``step_of`` parses only ``step_<d
 
     RUN_DIR/checkpoints/
         step_00001000/                  the checkpoint as saved (electra.checkpoint)
-        step_00001000.universal/        written once, by rank 0, to a temporary name then renamed
+        step_00001000.universal/        written once, to a temporary name, then renamed by rank 0
             mp_rank_00_model_states.pt  copied: module, LR scheduler, global step, ds_config
             zero/optimizer_state.pt     param groups (lr, betas, weight decay ...), loss scaler, clip
             zero/<param name>/fp32.pt   {"param": full fp32 master, "cat_dim": 0}
@@ -68,8 +68,9 @@ Trainer integration (every rank, after ``init_distributed``, BEFORE building the
         plan = D.on_rank0(lambda: plan_resume(step_dir, world_size=world_size, zero_stage=stage,
                                               precision=cfg.train.precision))
         log.info(plan.message)
-        wait = D.barrier_within(conversion_timeout(step_dir)) if plan.universal else D.barrier
-        prepare_universal(plan, rank=rank, barrier=wait)         # rank 0 converts, the rest wait
+        agree = D.Agreement(conversion_timeout(step_dir))        # waits sized to the conversion
+        prepare_universal(plan, rank=rank, world_size=world_size, agree=agree)  # every rank converts a share
+        agree.close()
     ds_config = ds_config_for_resume(ds_config, plan)           # checkpoint.load_universal
     engine = D.build_engine(module, optimizer, scheduler, ds_config)
     if plan is not None:
@@ -83,15 +84,16 @@ it what a resume fixes, so that a batch the new world size cannot split is met w
 ``plan_resume`` accepts).
 
 Conversion needs the checkpoint on a filesystem every rank sees (the run directory is local or
-shared, ``electra.trainer.run_dir``), and the other ranks wait for rank 0 at a barrier whose
-timeout is sized to the conversion (``conversion_timeout``: the optimiser-state bytes at a low
-rate plus a margin; a gloo group of its own, ``electra.distributed.barrier_within``), not
-DeepSpeed's fixed collective timeout (10 minutes). The conversion reads the whole optimiser
-state and writes it twice (fragments, then merged; about 4 GB each for Large's 335M parameters:
-fp32 masters and two moments), on rank 0 alone: splitting it across ranks would mean driving
-DeepSpeed's converter by its private functions. To have it done before the run starts, convert
-offline: ``python -m electra.universal_checkpoint STEP_DIR`` (the run then finds it complete and
-reuses it).
+shared, ``electra.trainer.run_dir``). In a run it is split across the ranks
+(``electra.universal_conversion``: each saved partition file extracted by one rank, the
+parameters' merges dealt out, rank 0 finishing and committing), and the ranks meet between its
+steps in an agreement whose timeout is sized to the conversion (``conversion_timeout``: the
+optimiser-state bytes at a low rate plus a margin; ``electra.distributed.Agreement``), not
+DeepSpeed's fixed collective timeout (10 minutes). It reads the whole optimiser state and writes
+it twice (fragments, then merged; about 4 GB each for Large's 335M parameters: fp32 masters and
+two moments). To have it done before the run starts, convert offline with DeepSpeed's own
+converter: ``python -m electra.universal_checkpoint STEP_DIR`` (the run then finds it complete
+and reuses it).
 """
 from __future__ import annotations
 
@@ -105,10 +107,10 @@ import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from electra import run_layout as layout
 from electra.batch_geometry import Resuming
+from electra.universal_conversion import Agree, commit, convert_across_ranks, remove_leftovers
 
 log = logging.getLogger(__name__)
 
@@ -263,10 +265,7 @@ def convert(step_dir: str | Path, *, workers: int = 1) -> Path:
     if is_converted(step_dir):
         return out
     layout.CheckpointMeta.read(step_dir)  # never convert an incomplete checkpoint
-    for stale in [*step_dir.parent.glob(f"{out.name}.tmp-*"), out]:
-        if stale.exists():
-            log.warning("removing %s (left by an interrupted conversion)", stale)
-            shutil.rmtree(stale)
+    remove_leftovers(out)
     tmp = step_dir.parent / f"{out.name}.tmp-{os.getpid()}"
     args = argparse.Namespace(input_folder=str(step_dir), output_folder=str(tmp), num_extract_workers=workers,
                               num_merge_workers=workers, keep_temp_folder=False, strict=True,
@@ -283,26 +282,8 @@ def convert(step_dir: str | Path, *, workers: int = 1) -> Path:
     finally:
         # ds_to_universal points a "latest_universal" file beside its output at the temporary name
         (step_dir.parent / "latest_universal").unlink(missing_ok=True)
-    _fsync_tree(tmp)
-    os.replace(tmp, out)
-    _fsync_dir(out.parent)
+    commit(tmp, out)
     return out
-
-
-def _fsync_tree(root: Path) -> None:
-    for folder, _, files in os.walk(root):
-        for name in files:
-            with open(os.path.join(folder, name), "rb") as f:
-                os.fsync(f.fileno())
-        _fsync_dir(Path(folder))
-
-
-def _fsync_dir(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 # The conversion's rate, taken low: it reads the optimiser state once and writes it twice
@@ -312,33 +293,33 @@ CONVERSION_MARGIN_SECONDS = 600.0
 
 
 def conversion_timeout(step_dir: str | Path) -> float:
-    """Seconds the other ranks wait for rank 0's conversion of ``step_dir``: its optimiser-state
-    bytes at ``CONVERSION_BYTES_PER_SECOND``, plus ``CONVERSION_MARGIN_SECONDS`` (so a Large
-    checkpoint's ~4 GB gets ~13 minutes, where DeepSpeed's collective timeout gives any size 10)."""
+    """Seconds a rank waits for the others at each step of the conversion of ``step_dir``, sized as
+    if one rank did all of it (a share takes less): its optimiser-state bytes at
+    ``CONVERSION_BYTES_PER_SECOND``, plus ``CONVERSION_MARGIN_SECONDS`` (so a Large checkpoint's
+    ~4 GB gets ~13 minutes, where DeepSpeed's collective timeout gives any size 10)."""
     states = sum(f.stat().st_size for f in Path(step_dir).glob("*optim_states.pt"))
     return CONVERSION_MARGIN_SECONDS + states / CONVERSION_BYTES_PER_SECOND
 
 
-def prepare_universal(plan: ResumePlan, *, rank: int, barrier: Callable[[], None]) -> Path:
-    """The folder to load for ``plan``: the step dir, or its universal sibling, which rank 0
-    converts (once; reused when complete) while the other ranks wait at ``barrier``. Every rank
-    calls it, after ``init_distributed`` and before building the engine. A failed conversion
-    raises on rank 0 after the barrier, and on the others as a missing folder."""
+def prepare_universal(plan: ResumePlan, *, rank: int, world_size: int, agree: Agree, redirect=None) -> Path:
+    """The folder to load for ``plan``: the step dir, or its universal sibling, converted once
+    (reused when complete) by all ranks together (``electra.universal_conversion``; ``agree``:
+    the ranks' agreement, sized by ``conversion_timeout``; ``redirect``: the node's mirror of the
+    step dir). Every rank calls it, after ``init_distributed`` and before building the engine. A
+    failure on any rank raises on every rank."""
     if not plan.universal:
         return plan.step_dir
-    failure = None
-    if rank == 0:
-        try:
-            convert(plan.step_dir)
-        except Exception as exc:  # raised below, after the other ranks have been released
-            failure = exc
-    barrier()
-    if failure is not None:
-        raise failure
+    out = universal_dir(plan.step_dir)
+    if agree(not is_converted(plan.step_dir)):  # some rank does not see it complete: convert
+        if rank == 0:
+            log.info("converting %s to a universal checkpoint %s on %d rank(s)", plan.step_dir, out, world_size)
+        tag = os.environ.get("MASTER_PORT", "run") if world_size > 1 else str(os.getpid())
+        convert_across_ranks(plan.step_dir, out, rank=rank, world_size=world_size, agree=agree, tag=tag,
+                             redirect=redirect)
     if not is_converted(plan.step_dir):
-        raise RuntimeError(f"{universal_dir(plan.step_dir)}: missing after rank 0's conversion (failed there, or "
-                           "the run directory is not on a filesystem every rank sees)")
-    return universal_dir(plan.step_dir)
+        raise RuntimeError(f"{out}: missing after the conversion (the run directory is not on a filesystem "
+                           "every rank sees)")
+    return out
 
 
 def prune_orphans(run_dir: str | Path) -> list[Path]:

@@ -49,3 +49,14 @@ def test_smoke_node_reads_each_shard_once_through_the_node_cache(smoke):
     assert row["cache"]["over_distinct"] == 1.0 and row["null"]["over_distinct"] >= 3.0  # 4 consumers, one stream
     assert row["cache"]["decoded_bytes"] == row["null"]["decoded_bytes"]  # each worker still decodes its own
     assert row["cache_left"] == []  # every copy deleted, the run's folder removed at the ranks' exit
+
+
+def test_smoke_resume_reads_the_shared_checkpoint_files_once_per_node(smoke):
+    rows = {r["layout"]: r for r in smoke[0]["resume_reads"]}  # 4 ranks, 2 per node
+    universal, direct = rows["universal"], rows["direct"]
+    assert universal["world"] == direct["world"] == 4 and universal["ranks_per_node"] == 2
+    # every file of the universal layout is shared: each rank read it all, now the node once
+    assert universal["ratio"] == 2.0 and universal["with_node_mb"] > 0
+    # direct: the model states shared, each rank's partition its own (read once either way)
+    assert 1.0 < direct["ratio"] < 2.0
+    assert direct["with_per_rank_mb"] * 2 == pytest.approx(direct["with_node_mb"], abs=0.02)

@@ -8,7 +8,10 @@ ranks on CPU with the project's optimiser, schedule and checkpoint code.
 at the last one, OUT/saved.pt = the full optimiser state then, one more step, OUT/next.pt = the
 full fp32 masters after it. ``resume``: plan_resume -> ds_config_for_resume -> prepare_universal
 -> engine -> load_checkpoint from RUN's latest checkpoint, OUT/loaded.pt = the full state after
-the load, the same next step, OUT/next.pt; OUT/plan.json = the plan (or the refusal).
+the load, the same next step, OUT/next.pt; OUT/plan.json = the plan (or the refusal). With
+``--node-cache DIR`` the load goes through the node's checkpoint mirror there, and
+``--log-opens LOG`` logs every open of the checkpoints' files from the conversion on
+(``tests._opens``).
 
 Global batch k is the same examples whatever the world size: ``GLOBAL // MICRO`` micro batches,
 rank r taking micro batches ``r*accum .. r*accum+accum-1``; DeepSpeed averages the loss over the
@@ -146,6 +149,8 @@ def main(argv=None) -> int:
     parser.add_argument("--stage", type=int, default=1)
     parser.add_argument("--precision", default="fp32")
     parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--node-cache", help="resume: load through the node's checkpoint mirror in this folder")
+    parser.add_argument("--log-opens", type=Path, help="resume: log each open of the loaded folder's files here")
     parser.add_argument("--local_rank", type=int, default=0)  # the deepspeed launcher passes it
     args = parser.parse_args(argv)
 
@@ -153,6 +158,8 @@ def main(argv=None) -> int:
     from electra import distributed as D
     from electra import run_layout as layout
     from electra import universal_checkpoint as uc
+    from electra.checkpoint_mirror import CheckpointMirror
+    from tests._opens import log_opens
 
     info = D.init_distributed()
     rank, world = info.rank, info.world_size
@@ -185,11 +192,24 @@ def main(argv=None) -> int:
         if rank == 0:
             (args.out / "plan.json").write_text(json.dumps({"universal": plan.universal, "message": plan.message,
                                                             "saved_world_size": plan.saved_world_size}))
-        # as the trainer does: a barrier sized to the conversion when there is one
-        wait = D.barrier_within(uc.conversion_timeout(step_dir)) if plan.universal else D.barrier
-        uc.prepare_universal(plan, rank=rank, barrier=wait)
+        # as the trainer does: the ranks convert together, their waits sized to the conversion, and
+        # read the step dir's shared files through the node's mirror
+        if args.log_opens:
+            log_opens(layout.checkpoints_dir(args.run), args.log_opens)
+        agree = D.Agreement(uc.conversion_timeout(step_dir))
+        source = CheckpointMirror.open(args.node_cache, step_dir, rank=rank, world_size=world)
+        try:
+            uc.prepare_universal(plan, rank=rank, world_size=world, agree=agree,
+                                 redirect=None if source is None else source.local)
+        finally:
+            agree.close()
+            if source is not None:
+                source.close()
+        # as the trainer does: every rank of the node joins the mirror before any loads
+        mirror = CheckpointMirror.open(args.node_cache, plan.load_dir, rank=rank, world_size=world)
         engine = build(12345, uc.ds_config_for_resume(ds, plan), trained_extras=False)  # other init: all must load
-        meta = ckpt.load_checkpoint(engine, step_dir, rank=rank, universal=plan.universal)
+        D.barrier()
+        meta = ckpt.load_checkpoint(engine, step_dir, rank=rank, universal=plan.universal, mirror=mirror)
         dump("loaded.pt", full_state(engine))
         next_step = meta.step + 1
     train_step(engine, next_step, rank, world)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -26,6 +27,7 @@ import torch
 from electra import run_layout as layout
 from electra import universal_checkpoint as uc
 from electra.distributed import free_port
+from tests._opens import opens
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
@@ -110,19 +112,50 @@ def test_prune_orphans_keeps_universal_folders_of_complete_checkpoints(tmp_path)
     assert [d.name for d in layout.step_dirs(tmp_path)] == ["step_00000005"]  # never listed as a checkpoint
 
 
-def test_a_failed_conversion_still_releases_the_waiting_ranks(tmp_path):
+class Agree:
+    """A rank's side of the agreement, scripted: what the other ranks answer at each call."""
+
+    def __init__(self, others_failed: list[bool]):
+        self.others, self.said = list(others_failed), []
+
+    def __call__(self, failed: bool) -> bool:
+        self.said.append(failed)
+        return failed or self.others.pop(0)
+
+
+def test_a_failed_conversion_raises_on_every_rank_and_leaves_nothing(tmp_path):
     step_dir = fake_checkpoint(tmp_path, world=2, stage=1)  # no ZeRO partitions: the converter fails
-    plan = uc.plan_resume(step_dir, world_size=1, zero_stage=1, precision="fp32")
-    met = []
-    with pytest.raises(FileNotFoundError):
-        uc.prepare_universal(plan, rank=0, barrier=lambda: met.append("barrier"))
-    assert met == ["barrier"]  # rank 0 reached the barrier before raising
+    plan = uc.plan_resume(step_dir, world_size=3, zero_stage=1, precision="fp32")
     root = layout.checkpoints_dir(tmp_path)
-    assert sorted(p.name for p in root.iterdir()) == ["step_00000005"]  # no leftovers, no latest_universal
-    with pytest.raises(RuntimeError, match="missing after rank 0's conversion"):
-        uc.prepare_universal(plan, rank=1, barrier=lambda: None)
+    # this rank fails reading the checkpoint: it says so, then raises its own error
+    agree = Agree([False, False, False])
+    with pytest.raises(Exception, match="step_00000005") as failed:
+        uc.prepare_universal(plan, rank=0, world_size=3, agree=agree)
+    assert not isinstance(failed.value, RuntimeError)
+    assert agree.said == [True, False, True]  # needs converting; cleaned; failed (no later step is reached)
+    assert sorted(p.name for p in root.iterdir()) == ["step_00000005"]  # rank 0 removed its temporary folder
+    # another rank failed (here: in the clean step): this one raises too, naming the step
+    with pytest.raises(RuntimeError, match="failed on another rank in its clean step"):
+        uc.prepare_universal(plan, rank=1, world_size=3, agree=Agree([True]))
+    # every rank sees it complete: nobody converts; no universal plan: nothing to agree on
+    (uc.universal_dir(step_dir) / "zero").mkdir(parents=True)
+    (uc.universal_dir(step_dir) / "zero" / "optimizer_state.pt").write_bytes(b"x")
+    agree = Agree([False])
+    assert uc.prepare_universal(plan, rank=1, world_size=3, agree=agree) == uc.universal_dir(step_dir)
+    assert agree.said == [False]
     same = uc.plan_resume(step_dir, world_size=2, zero_stage=1, precision="fp32")
-    assert uc.prepare_universal(same, rank=1, barrier=lambda: pytest.fail("no barrier")) == step_dir
+    assert same.universal is False
+    assert uc.prepare_universal(same, rank=1, world_size=2, agree=lambda f: pytest.fail("no agreement")) == step_dir
+
+
+def test_shares_are_dealt_largest_first():
+    from electra.universal_conversion import dealt
+
+    names, sizes = ["a", "b", "c", "d", "e"], [10, 40, 30, 20, 40]
+    shares = [dealt(names, sizes, r, 2) for r in range(2)]
+    assert shares == [["b", "c", "a"], ["e", "d"]]  # 40, 30, 10 and 40, 20
+    assert sorted(shares[0] + shares[1]) == names
+    assert dealt(names, sizes, 0, 1) == ["b", "e", "c", "d", "a"]
 
 
 class EngineShell:
@@ -173,8 +206,10 @@ def _env() -> dict:
     return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
 
 
-def worker(mode: str, run: Path, out: Path, *, ranks: int, stage: int = 1, precision: str = "fp32") -> Path:
-    args = [WORKER, mode, "--run", str(run), "--out", str(out), "--stage", str(stage), "--precision", precision]
+def worker(mode: str, run: Path, out: Path, *, ranks: int, stage: int = 1, precision: str = "fp32",
+           extra: tuple[str, ...] = ()) -> Path:
+    args = [WORKER, mode, "--run", str(run), "--out", str(out), "--stage", str(stage), "--precision", precision,
+            *extra]
     if ranks == 1:
         cmd = [sys.executable, *args]
     else:
@@ -205,6 +240,38 @@ def assert_resumed(saved: dict, loaded: dict, uninterrupted_next: dict, resumed_
     assert resumed_next["step"] == [4, 4] and resumed_next["last_epoch"] == 4
 
 
+def assert_same_as_deepspeeds(step_dir: Path, work: Path) -> None:
+    """``step_dir``'s universal folder holds what ``ds_to_universal.main`` (``uc.convert``) makes
+    of a copy of ``step_dir``: the same files, each loading to equal values."""
+    copy = layout.checkpoints_dir(work) / step_dir.name
+    shutil.copytree(step_dir, copy)
+    ours, ref = uc.universal_dir(step_dir), uc.convert(copy)
+    files = sorted(p.relative_to(ours) for p in ours.rglob("*") if p.is_file())
+    assert files == sorted(p.relative_to(ref) for p in ref.rglob("*") if p.is_file())
+    assert len(files) > 20
+    for rel in files:
+        a, b = torch.load(ours / rel, weights_only=False), torch.load(ref / rel, weights_only=False)
+        assert_equal(a, b, str(rel))
+
+
+def assert_equal(a, b, where: str) -> None:
+    if isinstance(a, torch.Tensor):
+        assert isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b), where
+    elif isinstance(a, dict):
+        assert isinstance(b, dict) and list(a) == list(b), where
+        for k in a:
+            assert_equal(a[k], b[k], f"{where}[{k}]")
+    elif isinstance(a, (list, tuple)):
+        assert type(a) is type(b) and len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b)):
+            assert_equal(x, y, f"{where}[{i}]")
+    elif hasattr(a, "__dict__"):  # DeepSpeed's loss scaler: equal fields
+        assert type(a) is type(b), where
+        assert_equal(vars(a), vars(b), where)
+    else:
+        assert a == b, where
+
+
 def load(out: Path, name: str) -> dict:
     return torch.load(out / name, weights_only=False)
 
@@ -215,7 +282,10 @@ def test_zero1_resumes_from_2_ranks_on_1_and_from_1_rank_on_2(tmp_path):
     a_train = worker("train", a_run, tmp_path / "a_train", ranks=2)
     a_resume = worker("resume", a_run, tmp_path / "a_resume", ranks=1)
     b_train = worker("train", b_run, tmp_path / "b_train", ranks=1)
-    b_resume = worker("resume", b_run, tmp_path / "b_resume", ranks=2)  # rank 0 converts, rank 1 waits
+    # both ranks convert (rank 0 extracts the one partition file, the merges are dealt between
+    # them) and load through one node's checkpoint mirror
+    b_resume = worker("resume", b_run, tmp_path / "b_resume", ranks=2,
+                      extra=("--node-cache", str(tmp_path / "node"), "--log-opens", str(tmp_path / "opens.log")))
 
     for resume, saved_world in ((a_resume, 2), (b_resume, 1)):
         plan = json.loads((resume / "plan.json").read_text())
@@ -232,12 +302,30 @@ def test_zero1_resumes_from_2_ranks_on_1_and_from_1_rank_on_2(tmp_path):
     root = layout.checkpoints_dir(b_run)
     step_dir = root / "step_00000003"
     out = uc.universal_dir(step_dir)
+    # the conversion and the load, both ranks on one node (tests/electra/test_checkpoint_mirror.py:
+    # without the mirror, once per rank): each universal file both ranks load was opened once; of
+    # the step dir, the model states once for the node's conversion plus rank 0's copy into the
+    # universal folder, the partition once by the rank extracting it plus once by rank 0 for the
+    # common optimiser state; the mirror's folder is gone
+    read = opens(tmp_path / "opens.log")
+    universal = {f: n for f, n in read.items() if out in f.parents}
+    assert {out / "mp_rank_00_model_states.pt", out / "zero" / "proj.weight" / "fp32.pt",
+            out / "zero" / "proj.weight" / "exp_avg_sq.pt", out / "zero" / "emb.weight" / "step.pt",
+            out / "zero" / "optimizer_state.pt"} <= set(universal)
+    assert set(universal.values()) == {1}, universal
+    assert read[step_dir / "mp_rank_00_model_states.pt"] == 2
+    assert read[step_dir / "zero_pp_rank_0_mp_rank_00_optim_states.pt"] == 2
+    assert not any((tmp_path / "node").iterdir())
     assert sorted(p.name for p in root.iterdir() if p.name.startswith("step_")) == [
         "step_00000003", "step_00000003.universal"]
     assert not (root / "latest_universal").exists()
     assert (out / "mp_rank_00_model_states.pt").is_file() and (out / "zero" / "optimizer_state.pt").is_file()
     assert {p.name for p in (out / "zero" / "proj.weight").iterdir()} == {"fp32.pt", "exp_avg.pt", "exp_avg_sq.pt",
                                                                           "step.pt"}
+    # the split conversions (2 -> 1: one rank, two partition files; 1 -> 2: two ranks) wrote what
+    # DeepSpeed's own converter writes from the same checkpoints
+    for run in (a_run, b_run):
+        assert_same_as_deepspeeds(layout.checkpoints_dir(run) / "step_00000003", tmp_path / f"ref_{run.name}")
     before = (out / "zero" / "proj.weight" / "fp32.pt").stat().st_mtime_ns
     assert uc.convert(step_dir) == out
     assert (out / "zero" / "proj.weight" / "fp32.pt").stat().st_mtime_ns == before
@@ -259,7 +347,7 @@ def test_other_stages_and_precisions_resume_from_2_ranks_on_1(tmp_path, stage, p
 
 
 def test_the_conversion_wait_is_sized_by_the_optimiser_state(tmp_path):
-    """The other ranks wait for rank 0's conversion by its bytes, not DeepSpeed's fixed 10 minutes."""
+    """The ranks wait for each other in the conversion by its bytes, not DeepSpeed's fixed 10 minutes."""
     step = tmp_path / "step_00000010"
     step.mkdir()
     assert uc.conversion_timeout(step) == uc.CONVERSION_MARGIN_SECONDS
