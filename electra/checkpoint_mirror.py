@@ -19,7 +19,9 @@ checkpoint reader loads the model states) and one of the folder it then loads.
 
 **When copies go.** A universal folder's per-parameter files are each loaded once per rank: the
 last of the node's ranks to load one deletes its copy (a count in the lock file, as in the node
-cache), so at most a few parameters' files are in the folder at once. The model-states file is
+cache), so at most a few parameters' files are in the folder at once. Each load reads a hard link
+to the copy made under the lock, so a deletion never pulls a copy from under a rank about to
+open it (a rank loading a file twice makes the count come early: a copy again, never an error). The model-states file is
 loaded twice on the universal path (DeepSpeed, then the frozen parameters and buffers), so its copy
 stays until the node's last rank has finished loading: ``close`` leaves the folder and its last
 holder removes it; a killed run's folder goes at the node's next start (the node cache's sweep).
@@ -38,6 +40,7 @@ neither and also serves loads DeepSpeed makes outside our code.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import logging
 import os
 import shutil
@@ -67,6 +70,7 @@ class CheckpointMirror:
     copied: int = 0  # files this rank copied from the source
     copied_bytes: int = 0
     _warned: bool = field(default=False, repr=False)
+    _loads: Iterator[int] = field(default_factory=itertools.count, repr=False)
 
     @classmethod
     def open(cls, setting: str | None, load_dir: str | Path, *, rank: int, world_size: int,
@@ -111,12 +115,17 @@ class CheckpointMirror:
         entry = os.path.join(self.folder, _digest(rel))
         with locked(entry + ".lock"):
             copy = self._copy(path, entry + ".pt")
+            if copy is not None:  # this load's own name for the copy, made under the lock: the
+                # copy may be deleted (its count reached) before this rank opens it
+                mine = f"{entry}.{os.getpid()}-{next(self._loads)}.pt"
+                os.link(copy, mine)
         if copy is None:
             yield path
             return
         try:
-            yield copy
+            yield mine
         finally:
+            os.unlink(mine)
             if rel.split(os.sep, 1)[0] == ONCE:
                 self._release(entry)
 

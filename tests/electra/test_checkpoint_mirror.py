@@ -153,3 +153,22 @@ def test_files_outside_the_load_folder_are_read_as_they_are(load_dir, tmp_path):
         assert mirror.copied == 0
     finally:
         mirror.close()
+
+
+def test_a_copy_deleted_by_its_count_stays_readable_to_a_load_already_given_it(load_dir, tmp_path):
+    """A rank that loads a file twice makes the count come early: the copy is deleted while
+    another load holds its path, which must still open (each load reads its own link)."""
+    root = tmp_path / "node"
+    mirror = cm.CheckpointMirror.open(str(root), load_dir, rank=0, world_size=2, env=env(0, 2))
+    rel = "zero/w/fp32.pt"
+    try:
+        with mirror.local(load_dir / rel) as held:
+            for _ in range(2):  # two more loads: the count (2 ranks) is reached, the copy deleted
+                with mirror.local(load_dir / rel) as local:
+                    assert torch.load(local, weights_only=True)["name"] == rel
+            assert not (Path(mirror.folder) / (cm._digest(rel) + ".pt")).exists()
+            assert torch.load(held, weights_only=True)["name"] == rel
+        assert mirror.copied == 1
+        assert not list(Path(mirror.folder).glob("*.pt"))  # no copy nor link left (a count, till close)
+    finally:
+        mirror.close()
