@@ -10,14 +10,15 @@ moments), in the two layouts a resume loads:
 
 * **direct** (the same world size, stage and precision): ``mp_rank_00_model_states.pt``, which
   every rank loads, and one ZeRO partition per rank (the optimiser state / W), its own;
-* **universal** (another world size): the model states and, per parameter tensor (``--tensors``
-  of them, sizes in Large's proportions), ``zero/<name>/{fp32,exp_avg,exp_avg_sq}.pt``, which
-  every rank loads (and slices).
+* **universal** (another world size): the model states and ``zero/optimizer_state.pt``, which
+  every rank loads, and per parameter tensor (``--tensors`` of them, sizes in Large's
+  proportions) ``zero/<name>/{fp32,exp_avg,exp_avg_sq}.pt``, which a rank loads only where its
+  new ZeRO partition (its 1/W of the flattened parameters) overlaps the tensor, as DeepSpeed does.
 
 For each world size W, one node's ranks (``--ranks-per-node`` forked processes, ranks 0..n-1 of
-W, with ``LOCAL_RANK`` / ``LOCAL_WORLD_SIZE`` as a launcher sets them) load every shared file and
-their own partition with ``torch.load``: directly (``data.node_cache: null``) and through
-``CheckpointMirror`` (a node folder under the temp folder). Each rank logs its opens of the run
+W, with ``LOCAL_RANK`` / ``LOCAL_WORLD_SIZE`` as a launcher sets them) load their files with
+``torch.load``: directly (``data.node_cache: null``) and through ``CheckpointMirror`` (a node
+folder under the temp folder; told which parameters each rank loads, as the trainer tells it). Each rank logs its opens of the run
 directory's files (``tests._opens``: a wrapper of ``open``, not the mirror's counters); opens
 weighted by file sizes are the bytes read from the run directory. A node's reads depend only on
 its own ranks, so one node stands for each of the W / n nodes: per rank = node / n, in total =
@@ -41,27 +42,37 @@ LARGE_PARAMS = 335_000_000
 MB = 1 << 20
 
 
-def write_checkpoint(root: Path, *, params: int, tensors: int, world: int) -> dict[str, list[str]]:
-    """The shared files of both layouts under ``root``, and the names of the W partition files
-    (``measure`` writes those of the node it runs): ``{"shared": [...], "own": [...]}``."""
+def write_checkpoint(root: Path, *, params: int, tensors: int, world: int) -> dict:
+    """Both layouts' files under ``root`` but the partitions (``measure`` writes the node's), and
+    what each rank loads: ``{"direct": f(rank), "universal": f(rank)}`` (module docstring)."""
     import torch
 
-    root.mkdir(parents=True, exist_ok=True)
+    (root / "zero").mkdir(parents=True, exist_ok=True)
     torch.save({"module": {"w": torch.zeros(params, dtype=torch.bfloat16)}}, root / "mp_rank_00_model_states.pt")
+    torch.save({"param_groups": [{"lr": 1e-4}]}, root / "zero" / "optimizer_state.pt")
     # Large's tensors: a few big (embeddings, 1024x4096 feed-forward) and many small (biases, norms)
     weights = [4.0 if i % 3 == 0 else 1.0 if i % 3 == 1 else 0.01 for i in range(tensors)]
     sizes = [max(1, int(params * w / sum(weights))) for w in weights]
-    shared = ["mp_rank_00_model_states.pt"]
+    starts = [sum(sizes[:i]) for i in range(tensors)]
     for i, n in enumerate(sizes):
         for state in ("fp32", "exp_avg", "exp_avg_sq"):
-            rel = f"zero/t{i:03d}/{state}.pt"
-            (root / rel).parent.mkdir(parents=True, exist_ok=True)
-            torch.save({"param": torch.zeros(n)}, root / rel)
-            shared.append(rel)
-    return {"shared": shared, "own": [f"zero_pp_rank_{rank}_mp_rank_00_optim_states.pt" for rank in range(world)]}
+            (root / f"zero/t{i:03d}").mkdir(parents=True, exist_ok=True)
+            torch.save({"param": torch.zeros(n)}, root / f"zero/t{i:03d}/{state}.pt")
+    total, shared = sum(sizes), ["mp_rank_00_model_states.pt", "zero/optimizer_state.pt"]
+
+    def universal(rank: int) -> list[str]:
+        lo, hi = rank * total // world, (rank + 1) * total // world  # the rank's new partition
+        overlap = [i for i in range(tensors) if starts[i] < hi and starts[i] + sizes[i] > lo]
+        return shared + [f"zero/t{i:03d}/{state}.pt" for i in overlap for state in ("fp32", "exp_avg", "exp_avg_sq")]
+
+    return {"direct": lambda rank: [shared[0], own(rank)], "universal": universal}
 
 
-def _rank(root, files, rank, world, per_node, mirror_root, log, done):
+def own(rank: int) -> str:
+    return f"zero_pp_rank_{rank}_mp_rank_00_optim_states.pt"
+
+
+def _rank(root, files, rank, world, per_node, mirror_root, log, done, param_loads):
     import torch
 
     from electra.checkpoint_mirror import CheckpointMirror
@@ -71,7 +82,7 @@ def _rank(root, files, rank, world, per_node, mirror_root, log, done):
     env = {"RANK": str(rank), "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": str(per_node),
            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": f"3{world:04d}"}
     mirror = None if mirror_root is None else CheckpointMirror.open(mirror_root, root, rank=rank, world_size=world,
-                                                                     env=env)
+                                                                     env=env, param_loads=param_loads)
     done.wait()  # every rank of the node has joined before any loads (the trainer's barrier)
     for rel in files:
         path = os.path.join(root, rel)
@@ -91,8 +102,12 @@ def node_bytes(root: Path, files_of_rank, *, world: int, per_node: int, mirror_r
 
     ctx = mp.get_context("fork")
     done = ctx.Barrier(per_node)
+    # per rank of the world, the parameters it loads (electra.distributed.universal_loads); the
+    # node's ranks' are what counts here
+    loads = [sorted({rel.split("/")[1] for rel in files_of_rank(r) if rel.startswith("zero/t")})
+             if r < per_node else [] for r in range(world)]
     procs = [ctx.Process(target=_rank, args=(str(root), files_of_rank(r), r, world, per_node, mirror_root, str(log),
-                                             done)) for r in range(per_node)]
+                                             done, loads)) for r in range(per_node)]
     for p in procs:
         p.start()
     for p in procs:
@@ -112,11 +127,9 @@ def measure(worlds: list[int], *, per_node: int, scale: float, tensors: int) -> 
     with tempfile.TemporaryDirectory() as tmp:
         for world in worlds:
             root = Path(tmp) / f"w{world}" / "step_00001000"
-            layout = write_checkpoint(root, params=params, tensors=tensors, world=world)
+            loads = write_checkpoint(root, params=params, tensors=tensors, world=world)
             for rank in range(per_node):  # this node's partitions, sized for W
-                torch.save({"optimizer_state_dict": torch.zeros(3 * params // world)}, root / layout["own"][rank])
-            shared = layout["shared"]
-            loads = {"direct": lambda r: [shared[0], layout["own"][r]], "universal": lambda r: shared}
+                torch.save({"optimizer_state_dict": torch.zeros(3 * params // world)}, root / own(rank))
             for kind, files in loads.items():
                 row = {"world": world, "layout": kind, "ranks_per_node": per_node}
                 for mode, mirror_root in (("without", None), ("with", str(Path(tmp) / "node"))):

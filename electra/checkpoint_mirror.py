@@ -1,35 +1,43 @@
 """One read per node of the checkpoint files every rank loads at resume: a node-local mirror.
 
-At resume every rank loads the files that are not its own: the model-states file
-(``mp_rank_00_model_states.pt``: the whole module, ~0.7 GB for Large in bf16) and, on a universal
-load, every parameter's fp32 master and Adam moments (``zero/<param>/*.pt``: the whole optimiser
-state, ~4 GB for Large). From a shared filesystem that is ranks x those bytes: ~363 GB of model
-states alone at 512 ranks. Only the ZeRO partitions (``*zero_pp_rank_<R>_*``) are a rank's own.
+What a rank loads at resume (DeepSpeed 0.19, ZeRO-1/2): the model-states file
+(``mp_rank_00_model_states.pt``: the whole module, ~0.7 GB for Large in bf16), which EVERY rank
+loads, and its own optimiser partition (``*zero_pp_rank_<R>_*``) on a direct load, or on a
+universal load ``zero/optimizer_state.pt`` (the param groups; every rank) and the per-parameter
+files (``zero/<param>/{fp32,exp_avg,exp_avg_sq,step}.pt``) of the parameters its new partition
+overlaps only (DeepSpeed skips a parameter with no fragment on the rank). From a shared
+filesystem the model states are thus ranks x 0.7 GB (~363 GB at 512 ranks), and a parameter's
+files are read by one rank, or by the several a large tensor spans (Large's word embeddings, 31M parameters,
+span ~48 partitions at 512 ranks: ~18 GB of reads for one 375 MB tensor).
 
-Here the node's ranks share one read of each shared file, as the node cache shares shard reads
-(``electra.node_cache``, whose folder, locks and run lifetime this reuses): the first rank of the
-node to load a file copies it, under an exclusive ``flock`` on ``<entry>.lock``, into
+Here the node's ranks share one read of each file two or more of them load: the model-states
+files and ``zero/optimizer_state.pt`` (every rank), and a parameter's files where the caller
+says (``param_loads``: per rank, the parameters it will load, ``electra.distributed.
+universal_loads``) that several of the node's ranks load them. As the node cache shares shard
+reads (``electra.node_cache``, whose folder, locks and run lifetime this reuses), the first rank
+of the node to load such a file copies it, under an exclusive ``flock`` on ``<entry>.lock``, into
 ``<root>/<digest of the load folder>/<run>/`` (a temporary name, renamed once complete, its size
 checked against the source's); the node's other ranks find the copy and load it (from
-``/dev/shm`` under ``"auto"``: RAM, not the shared filesystem). The hook is the load itself:
-``electra.deepspeed_states`` routes DeepSpeed's loads (its checkpoint engine, and the ``torch.load``
-calls of the universal loader and converter) through ``CheckpointMirror.local``. A run opens one
-mirror of the step dir while its ranks convert it (``electra.universal_conversion``: every rank's
-checkpoint reader loads the model states) and one of the folder it then loads.
+``/dev/shm`` under ``"auto"``: RAM, not the shared filesystem). A file one rank of the node loads
+(its own partition, most parameters) is read from the source, as before. The hook is the load itself:
+``electra.deepspeed_states`` routes DeepSpeed's loads (its checkpoint engine, and the
+``torch.load`` calls of the universal loader) through ``CheckpointMirror.local``.
 
-**When copies go.** A universal folder's per-parameter files are each loaded once per rank: the
-last of the node's ranks to load one deletes its copy (a count in the lock file, as in the node
-cache), so at most a few parameters' files are in the folder at once. Each load reads a hard link
-to the copy made under the lock, so a deletion never pulls a copy from under a rank about to
-open it (a rank loading a file twice makes the count come early: a copy again, never an error). The model-states file is
-loaded twice on the universal path (DeepSpeed, then the frozen parameters and buffers), so its copy
-stays until the node's last rank has finished loading: ``close`` leaves the folder and its last
-holder removes it; a killed run's folder goes at the node's next start (the node cache's sweep).
+**When copies go.** A parameter's file is loaded once by each rank that loads it: the last of
+them deletes the copy (a count in the lock file, as in the node cache; a rank whose copy failed
+counts too), so a few parameters' files are in the folder at a time; each load reads its own hard
+link to the copy, made under the lock, so a deletion never pulls a copy from under a rank about to
+open it. The model-states file is loaded twice on the universal path (DeepSpeed, then the frozen
+parameters and buffers), so it and the param groups stay until the node's last rank has finished
+loading: ``close`` leaves the folder and its last holder removes it (a rank still loading holds
+it); a killed run's folder goes at the node's next start (the node cache's sweep).
 
 **Bounds and fallbacks.** Used only where the node has several ranks (``LOCAL_WORLD_SIZE`` /
 ``LOCAL_SIZE``; one rank per node has nothing to share) and ``data.node_cache`` is not null. A
-copy that does not fit (free space below the file's size) or cannot be written is skipped with one
-warning per load: that file is read from the source, as without the mirror; nothing else changes.
+folder that cannot be made (permissions, a full or read-only disk) means no mirror on that node,
+with a warning; a copy that would leave less than ``RESERVE`` of its filesystem free (``/dev/shm``
+also carries NCCL's and torch's shared memory) or cannot be written is skipped with one warning:
+that file is read from the source, as without the mirror; nothing else changes.
 
 Trade-offs: one copy per node of each shared file (a local write and read instead of ranks - 1
 shared-filesystem reads); the node's ranks wait on the lock while the first one copies, which is
@@ -43,8 +51,10 @@ import hashlib
 import itertools
 import logging
 import os
+import re
 import shutil
-from collections.abc import Iterator, Mapping
+from collections import Counter
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,8 +63,9 @@ from electra.node_cache import AUTO, NodeRanks, auto_root, join, leave, locked, 
 
 log = logging.getLogger(__name__)
 
-OWN = "zero_pp_rank_"  # a file of one rank's partition: never shared, never mirrored
-ONCE = "zero"  # a universal folder's per-parameter files: loaded once per rank, released by count
+# The files every rank loads, relative to the load folder (module docstring).
+SHARED = re.compile(r"mp_rank_\d+_model_states\.pt|zero/optimizer_state\.pt")
+RESERVE = 0.10  # of the mirror's filesystem, left free by a copy
 
 
 def _digest(text: str) -> str:
@@ -67,6 +78,7 @@ class CheckpointMirror:
     folder: str
     source: str  # the load folder: a step dir or its universal sibling, absolute
     node: NodeRanks
+    param_counts: Mapping[str, int] = field(default_factory=dict)  # node ranks loading each parameter
     copied: int = 0  # files this rank copied from the source
     copied_bytes: int = 0
     _warned: bool = field(default=False, repr=False)
@@ -74,11 +86,14 @@ class CheckpointMirror:
 
     @classmethod
     def open(cls, setting: str | None, load_dir: str | Path, *, rank: int, world_size: int,
+             param_loads: Sequence[Collection[str]] | None = None,
              env: Mapping[str, str] = os.environ) -> CheckpointMirror | None:
         """Join the node's mirror of ``load_dir`` (``setting``: ``data.node_cache``), or None where
-        it has nothing to share: no setting, or one rank on the node. Every rank of the node must
-        open it before any of them loads (then a collective: the first to finish cannot remove a
-        folder a late rank has yet to join)."""
+        it has nothing to share (no setting, one rank on the node) or cannot be made (a warning).
+        ``param_loads``: per rank of the world, the parameters whose ``zero/<name>/`` files it
+        will load (a universal load). Every rank of the node must open it before any of them
+        loads (then a collective: the first to finish cannot remove a folder a late rank has yet
+        to join)."""
         if setting is None:
             return None
         node = NodeRanks.from_env(rank, world_size, env)
@@ -86,62 +101,62 @@ class CheckpointMirror:
             return None
         source = os.path.abspath(load_dir)
         root = auto_root() if setting == AUTO else setting
-        if setting == AUTO:
-            private_folder(root)
         folder = os.path.join(os.path.abspath(root), _digest(source), run_name(env))
-        join(folder)
-        return cls(folder, source, node)
+        try:
+            if setting == AUTO:
+                private_folder(root)
+            join(folder)
+        except OSError as exc:  # an optimisation: never a reason to stop the resume
+            log.warning("checkpoint mirror: none on this node (%s); each rank reads %s itself", exc, source)
+            return None
+        counts = Counter(name for r in node.ranks for name in (param_loads[r] if param_loads else ()))
+        return cls(folder, source, node, {name: n for name, n in counts.items() if n > 1})
 
     def close(self) -> None:
         """This rank has loaded the checkpoint: the node's last rank to close removes the copies."""
         leave(self.folder)
 
-    def _shared(self, path: str) -> str | None:
-        """``path``'s name relative to the load folder when every rank loads it, else None."""
-        rel = os.path.relpath(path, self.source)
-        if rel.startswith(os.pardir) or OWN in os.path.basename(path):
-            return None
-        return rel
-
     @contextmanager
     def local(self, path: str | os.PathLike) -> Iterator[str]:
-        """The path to load for ``path``: the node's copy of a shared file (made here when this
-        rank is the node's first to need it), else ``path`` itself."""
+        """The path to load for ``path``: the node's copy of a file every rank loads (made here
+        when this rank is the node's first to need it), else ``path`` itself."""
         path = os.path.abspath(path)
-        rel = self._shared(path)
-        if rel is None:
+        rel = os.path.relpath(path, self.source).replace(os.sep, "/")
+        parts = rel.split("/")
+        count = self.param_counts.get(parts[1]) if len(parts) == 3 and parts[0] == "zero" else None
+        if count is None and not SHARED.fullmatch(rel):
             yield path
             return
         entry = os.path.join(self.folder, _digest(rel))
+        mine = None
         with locked(entry + ".lock"):
             copy = self._copy(path, entry + ".pt")
-            if copy is not None:  # this load's own name for the copy, made under the lock: the
-                # copy may be deleted (its count reached) before this rank opens it
-                mine = f"{entry}.{os.getpid()}-{next(self._loads)}.pt"
-                os.link(copy, mine)
-        if copy is None:
-            yield path
-            return
+            if copy is not None and count is not None:  # this load's own name for a copy its
+                mine = f"{entry}.{os.getpid()}-{next(self._loads)}.pt"  # count may delete
+                try:
+                    os.link(copy, mine)
+                except OSError:  # a filesystem without hard links: this load reads the source
+                    mine = copy = None
         try:
-            yield mine
+            yield mine or copy or path
         finally:
-            os.unlink(mine)
-            if rel.split(os.sep, 1)[0] == ONCE:
-                self._release(entry)
+            if mine is not None:
+                os.unlink(mine)
+            if count is not None:
+                self._release(entry, count)
 
     def _copy(self, path: str, copy: str) -> str | None:
         """``copy`` holding ``path``'s bytes (made now unless a complete one exists), or None where
         it cannot be made (module docstring: fallbacks). Called under the entry's lock."""
         size = os.stat(path).st_size
-        try:
+        with suppress(FileNotFoundError):
             if os.stat(copy).st_size == size:
                 return copy
-        except FileNotFoundError:
-            pass
         tmp = copy + ".tmp"
         try:
-            if shutil.disk_usage(self.folder).free < size:
-                raise OSError(f"{size} bytes do not fit in {self.folder}")
+            disk = shutil.disk_usage(self.folder)
+            if disk.free - size < RESERVE * disk.total:
+                raise OSError(f"{size} bytes would leave less than {RESERVE:.0%} of {self.folder}'s filesystem free")
             shutil.copyfile(path, tmp)
             if os.stat(tmp).st_size != size:
                 raise OSError(f"{path} changed while it was copied")
@@ -158,11 +173,11 @@ class CheckpointMirror:
         self.copied_bytes += size
         return copy
 
-    def _release(self, entry: str) -> None:
-        """One more of the node's ranks has loaded ``entry``; the last one deletes the copy."""
+    def _release(self, entry: str, count: int) -> None:
+        """One more of the node's ``count`` ranks that load ``entry`` has; the last deletes the copy."""
         with locked(entry + ".lock") as fd:
             done = int(os.pread(fd, 32, 0).strip() or b"0") + 1
-            if done >= self.node.count:
+            if done >= count:
                 Path(entry + ".pt").unlink(missing_ok=True)
                 Path(entry + ".lock").unlink(missing_ok=True)
             else:

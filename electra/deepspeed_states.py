@@ -80,13 +80,16 @@ def safe_load(path: str | Path, *, mmap: bool = False):
 
 
 @contextmanager
-def weights_only_loads(redirect: Redirect | None = None):
+def weights_only_loads(redirect: Redirect | None = None, *, mmap: bool = False):
     """Make every ``torch.load`` inside (e.g. DeepSpeed's zero_to_fp32) use ``weights_only=True``,
-    reading files through ``redirect`` when given."""
+    reading files through ``redirect`` when given; ``mmap``: files given by path are mapped, so
+    only the bytes of the tensors used are read (a reader after shapes reads next to nothing)."""
     original = torch.load
 
     def safe(f, *args, **kwargs):
         kwargs["weights_only"] = True
+        if mmap and isinstance(f, (str, os.PathLike)):
+            kwargs["mmap"] = True
         with torch.serialization.safe_globals(safe_globals_list()):
             return _load(original, f, redirect, *args, **kwargs)
 

@@ -283,6 +283,22 @@ class Agreement:
             self.group = None
 
 
+def universal_loads(engine) -> list[list[str]]:
+    """Per rank of the world, the parameters whose universal-checkpoint files (``zero/<name>/``) it
+    will load: DeepSpeed's ZeRO-1/2 and BF16 optimisers load a parameter's files only on the ranks
+    whose partition holds a fragment of it (``lp._hp_mapping``). Collective (one all-gather of
+    the names)."""
+    opt = engine.optimizer
+    groups = getattr(opt, "bit16_groups", None) or getattr(opt, "bf16_groups", None) or []
+    names = sorted({opt.param_names[p] for group in groups for p in group
+                    if getattr(p, "_hp_mapping", None) is not None})
+    if not (dist.is_initialized() and dist.get_world_size() > 1):
+        return [names]
+    everyone: list = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, names)
+    return everyone
+
+
 def all_reduce_sum(t: torch.Tensor) -> torch.Tensor:
     if dist.is_initialized() and dist.get_world_size() > 1:
         dist.all_reduce(t, op=dist.ReduceOp.SUM)

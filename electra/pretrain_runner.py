@@ -127,12 +127,13 @@ class PretrainRunner:
             if rank0:
                 log.info("resume: %s", plan.resume.message)
             self._prepare_universal(plan.resume)
-        # the node's ranks share one read of the files all of them load; all join before any loads
-        mirror = None if plan.resume is None else CheckpointMirror.open(
-            plan.cfg.data.node_cache, plan.resume.load_dir, rank=self.dist.rank, world_size=self.dist.world_size)
         engine = D.build_engine(objective, optimizer, build_scheduler(optimizer, plan.cfg.optimizer), plan.ds_config)
-        if plan.resume is not None:
-            D.barrier()
+        mirror = None
+        if plan.resume is not None:  # the node's ranks share one read of the files all of them load
+            loads = D.universal_loads(engine) if plan.resume.universal else None  # collective
+            mirror = CheckpointMirror.open(plan.cfg.data.node_cache, plan.resume.load_dir, rank=self.dist.rank,
+                                           world_size=self.dist.world_size, param_loads=loads)
+            D.barrier()  # every rank has joined before any loads
         seed_everything(plan.cfg.train.seed + 1000 * (self.dist.rank + 1))  # distinct masks per rank
         start = StartState()
         if plan.resume_dir is not None:
@@ -153,24 +154,17 @@ class PretrainRunner:
         return self.trainer
 
     def _prepare_universal(self, resume) -> None:
-        """Every rank converts a share (``electra.universal_conversion``), reading the step dir's
-        shared files once per node, its waits sized to the conversion (longer than a collective's
-        timeout may be needed)."""
-        from electra.checkpoint_mirror import CheckpointMirror
+        """Every rank converts a share (``electra.universal_conversion``), its waits sized to the
+        conversion (longer than a collective's timeout may be needed)."""
         from electra.universal_checkpoint import conversion_timeout, prepare_universal
 
         if not resume.universal:
             return
         agree = D.Agreement(conversion_timeout(resume.step_dir))
-        source = CheckpointMirror.open(self.plan.cfg.data.node_cache, resume.step_dir, rank=self.dist.rank,
-                                       world_size=self.dist.world_size)
-        try:  # the agreement's first call is collective: every rank has joined the mirror before it
-            prepare_universal(resume, rank=self.dist.rank, world_size=self.dist.world_size, agree=agree,
-                              redirect=None if source is None else source.local)
+        try:
+            prepare_universal(resume, rank=self.dist.rank, world_size=self.dist.world_size, agree=agree)
         finally:
             agree.close()
-            if source is not None:
-                source.close()
 
     def train(self) -> None:
         self.trainer.run()

@@ -69,8 +69,10 @@ Trainer integration (every rank, after ``init_distributed``, BEFORE building the
                                               precision=cfg.train.precision))
         log.info(plan.message)
         agree = D.Agreement(conversion_timeout(step_dir))        # waits sized to the conversion
-        prepare_universal(plan, rank=rank, world_size=world_size, agree=agree)  # every rank converts a share
-        agree.close()
+        try:
+            prepare_universal(plan, rank=rank, world_size=world_size, agree=agree)  # each converts a share
+        finally:
+            agree.close()
     ds_config = ds_config_for_resume(ds_config, plan)           # checkpoint.load_universal
     engine = D.build_engine(module, optimizer, scheduler, ds_config)
     if plan is not None:
@@ -301,12 +303,12 @@ def conversion_timeout(step_dir: str | Path) -> float:
     return CONVERSION_MARGIN_SECONDS + states / CONVERSION_BYTES_PER_SECOND
 
 
-def prepare_universal(plan: ResumePlan, *, rank: int, world_size: int, agree: Agree, redirect=None) -> Path:
+def prepare_universal(plan: ResumePlan, *, rank: int, world_size: int, agree: Agree) -> Path:
     """The folder to load for ``plan``: the step dir, or its universal sibling, converted once
     (reused when complete) by all ranks together (``electra.universal_conversion``; ``agree``:
-    the ranks' agreement, sized by ``conversion_timeout``; ``redirect``: the node's mirror of the
-    step dir). Every rank calls it, after ``init_distributed`` and before building the engine. A
-    failure on any rank raises on every rank."""
+    the ranks' agreement, sized by ``conversion_timeout``). Every rank calls it, after
+    ``init_distributed`` and before building the engine. A failure on any rank raises on every
+    rank."""
     if not plan.universal:
         return plan.step_dir
     out = universal_dir(plan.step_dir)
@@ -314,9 +316,8 @@ def prepare_universal(plan: ResumePlan, *, rank: int, world_size: int, agree: Ag
         if rank == 0:
             log.info("converting %s to a universal checkpoint %s on %d rank(s)", plan.step_dir, out, world_size)
         tag = os.environ.get("MASTER_PORT", "run") if world_size > 1 else str(os.getpid())
-        convert_across_ranks(plan.step_dir, out, rank=rank, world_size=world_size, agree=agree, tag=tag,
-                             redirect=redirect)
-    if not is_converted(plan.step_dir):
+        convert_across_ranks(plan.step_dir, out, rank=rank, world_size=world_size, agree=agree, tag=tag)
+    if agree(not is_converted(plan.step_dir)):  # on every rank: none goes on to a collective alone
         raise RuntimeError(f"{out}: missing after the conversion (the run directory is not on a filesystem "
                            "every rank sees)")
     return out

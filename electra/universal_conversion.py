@@ -15,19 +15,20 @@ state and writes it twice. Its work, for a ZeRO-1/2 checkpoint, is:
 Items of steps 1 and 2 are independent, so here every rank takes a share: the saved partition
 files ``d`` with ``d % W == r`` (each file read by one rank, not all by rank 0), and the
 parameters dealt largest first, round-robin (so the shares' bytes differ by at most one
-parameter); rank 0 alone does step 3 and commits by renaming the temporary folder (as
+parameter; a merged parameter without fragments takes the model's value from its own rank);
+rank 0 alone does the rest of step 3 and commits by renaming the temporary folder (as
 ``electra.universal_checkpoint.convert`` does). Between steps the ranks meet in an agreement
 (``agree(failed) -> any rank failed``, a collective with a timeout sized to the conversion,
-``electra.distributed.agreement_within``): a failure on any rank raises on every rank, after
-which nothing waits; the temporary folder is left and deleted by the next conversion.
+``electra.distributed.Agreement``): a failure on any rank raises on every rank, after which
+nothing waits, and rank 0 removes the temporary folder.
 
 The pieces are DeepSpeed's own (``extract_zero_shards``, ``merge_tp_slices`` and the helpers its
 ``main`` uses for the parameter shapes and the optimiser state, some of them private), driven in
 the order ``main`` drives them for a checkpoint without AutoEP experts (ours); pinned with
 DeepSpeed, and checked by a test that compares the result with ``main``'s, file by file. Every
-load runs weights-only (``electra.deepspeed_states.weights_only_loads``), through ``redirect``
-when given: the node's mirror of the step dir, so the model-states file that every rank's
-``DeepSpeedCheckpoint`` loads is read once per node (``electra.checkpoint_mirror``).
+load runs weights-only and memory-mapped (``electra.deepspeed_states.weights_only_loads``): each
+rank's ``DeepSpeedCheckpoint`` loads the whole model-states file for its parameter shapes, which
+mapped reads its header and not its ~0.7 GB of tensors (rank 0 reads the frozen ones it copies).
 
 Needs the run directory on a filesystem every rank sees (as the conversion on rank 0 did).
 """
@@ -59,7 +60,7 @@ def dealt(items: Sequence[T], sizes: Sequence[int], rank: int, world_size: int) 
 
 
 def convert_across_ranks(step_dir: Path, out: Path, *, rank: int, world_size: int, agree: Agree,
-                         tag: str, redirect=None) -> None:
+                         tag: str) -> None:
     """Write the universal folder ``out`` of ``step_dir`` with this rank's share of the work
     (module docstring); every rank calls it, rank 0 commits. ``tag`` names the temporary folder
     alike on every rank. Raises on every rank when any rank failed."""
@@ -68,7 +69,7 @@ def convert_across_ranks(step_dir: Path, out: Path, *, rank: int, world_size: in
     tmp = out.parent / f"{out.name}.tmp-{tag}"
     chatter = io.StringIO()  # DeepSpeed prints progress bars and notes
     try:
-        with weights_only_loads(redirect), contextlib.redirect_stdout(chatter), contextlib.redirect_stderr(chatter):
+        with weights_only_loads(mmap=True), contextlib.redirect_stdout(chatter), contextlib.redirect_stderr(chatter):
             _step(agree, step_dir, "clean", lambda: _clean(out, tmp) if rank == 0 else None)
             ds = _step(agree, step_dir, "read", lambda: _checkpoint(step_dir))
             _step(agree, step_dir, "extract", lambda: _extract(ds, tmp, rank, world_size))
@@ -77,8 +78,8 @@ def convert_across_ranks(step_dir: Path, out: Path, *, rank: int, world_size: in
     except BaseException:
         if chatter.getvalue():
             log.error("DeepSpeed said:\n%s", chatter.getvalue()[-4000:])
-        if rank == 0:  # every rank is past the failed step (the agreement): none writes here any more
-            shutil.rmtree(tmp, ignore_errors=True)
+        if rank == 0:  # every rank is past the failed step (unless the agreement itself timed out:
+            shutil.rmtree(tmp, ignore_errors=True)  # then the next conversion removes what a late rank wrote)
         raise
 
 
@@ -149,27 +150,45 @@ def _merge(ds, tmp: Path, rank: int, world_size: int) -> None:
     names = sorted(shapes)
     sizes = [sum(math.prod(s) for s in shapes[n] if s is not None) for n in names]
     info = ds.get_checkpoint_info(UNIVERSAL_CHECKPOINT_INFO)
+    module = None
     for name in dealt(names, sizes, rank, world_size):  # no patterns declared (_checkpoint): none unused
         dtu.merge_tp_slices(info, str(tmp / "zero"), str(tmp / "tmp"), ds.tp_degree, (name, shapes[name]))
+        if not (tmp / "zero" / name / "fp32.pt").is_file():  # no fragment anywhere: the model's value
+            module = _modules(ds) if module is None else module
+            _save_fp32(tmp / "zero" / name, module[name])
 
 
 def _finish(ds, out: Path, tmp: Path) -> None:
-    import torch
     from deepspeed.checkpoint import ds_to_universal as dtu
 
-    zero = tmp / "zero"
-    for model_file in ds.mp_rank_files:  # parameters no partition holds: fp32 from the model states
-        module = torch.load(model_file, map_location="cpu").get("module") or {}
-        for name, tensor in module.items():
-            fp32 = zero / name / "fp32.pt"
-            if not fp32.is_file():
-                fp32.parent.mkdir(parents=True, exist_ok=True)
-                torch.save({"param": tensor.float()}, fp32)
+    # what no rank merged (frozen parameters, buffers): fp32 from the model states. Decided by the
+    # names, not by looking for the merged files, which another node may have written moments ago
+    merged = set(_shapes(ds))
+    for name, tensor in _modules(ds).items():
+        if name not in merged:
+            _save_fp32(tmp / "zero" / name, tensor)
     dtu._save_optimizer_state(argparse.Namespace(output_folder=str(tmp)), ds)
     shutil.rmtree(tmp / "tmp", ignore_errors=True)
     for model_file in ds.mp_rank_files:
         shutil.copy2(model_file, tmp)
     commit(tmp, out)
+
+
+def _modules(ds) -> dict:
+    """The model-states files' modules, merged (one file without tensor/pipeline parallelism)."""
+    import torch
+
+    module: dict = {}
+    for model_file in ds.mp_rank_files:
+        module.update(torch.load(model_file, map_location="cpu").get("module") or {})
+    return module
+
+
+def _save_fp32(folder: Path, tensor) -> None:
+    import torch
+
+    folder.mkdir(parents=True, exist_ok=True)
+    torch.save({"param": tensor.float()}, folder / "fp32.pt")
 
 
 def commit(tmp: Path, out: Path) -> None:

@@ -53,10 +53,8 @@ def test_smoke_node_reads_each_shard_once_through_the_node_cache(smoke):
 
 def test_smoke_resume_reads_the_shared_checkpoint_files_once_per_node(smoke):
     rows = {r["layout"]: r for r in smoke[0]["resume_reads"]}  # 4 ranks, 2 per node
-    universal, direct = rows["universal"], rows["direct"]
-    assert universal["world"] == direct["world"] == 4 and universal["ranks_per_node"] == 2
-    # every file of the universal layout is shared: each rank read it all, now the node once
-    assert universal["ratio"] == 2.0 and universal["with_node_mb"] > 0
-    # direct: the model states shared, each rank's partition its own (read once either way)
-    assert 1.0 < direct["ratio"] < 2.0
-    assert direct["with_per_rank_mb"] * 2 == pytest.approx(direct["with_node_mb"], abs=0.02)
+    assert rows["universal"]["world"] == rows["direct"]["world"] == 4
+    for row in rows.values():  # the model states (and the param groups) once per node; a rank's
+        # partition, or the parameters its partition overlaps, read by it either way
+        assert row["ranks_per_node"] == 2 and 1.05 < row["ratio"] < 2.0, row
+        assert row["with_node_mb"] < row["without_node_mb"]

@@ -192,22 +192,20 @@ def main(argv=None) -> int:
         if rank == 0:
             (args.out / "plan.json").write_text(json.dumps({"universal": plan.universal, "message": plan.message,
                                                             "saved_world_size": plan.saved_world_size}))
-        # as the trainer does: the ranks convert together, their waits sized to the conversion, and
-        # read the step dir's shared files through the node's mirror
         if args.log_opens:
             log_opens(layout.checkpoints_dir(args.run), args.log_opens)
+        # as the trainer does: the ranks convert together, their waits sized to the conversion
         agree = D.Agreement(uc.conversion_timeout(step_dir))
-        source = CheckpointMirror.open(args.node_cache, step_dir, rank=rank, world_size=world)
         try:
-            uc.prepare_universal(plan, rank=rank, world_size=world, agree=agree,
-                                 redirect=None if source is None else source.local)
+            uc.prepare_universal(plan, rank=rank, world_size=world, agree=agree)
         finally:
             agree.close()
-            if source is not None:
-                source.close()
-        # as the trainer does: every rank of the node joins the mirror before any loads
-        mirror = CheckpointMirror.open(args.node_cache, plan.load_dir, rank=rank, world_size=world)
         engine = build(12345, uc.ds_config_for_resume(ds, plan), trained_extras=False)  # other init: all must load
+        # as the trainer does: every rank of the node joins the mirror before any loads
+        loads = D.universal_loads(engine) if plan.universal else None  # per rank: the parameters it loads
+        if rank == 0 and loads is not None:
+            (args.out / "universal_loads.json").write_text(json.dumps(loads))
+        mirror = CheckpointMirror.open(args.node_cache, plan.load_dir, rank=rank, world_size=world, param_loads=loads)
         D.barrier()
         meta = ckpt.load_checkpoint(engine, step_dir, rank=rank, universal=plan.universal, mirror=mirror)
         dump("loaded.pt", full_state(engine))

@@ -140,9 +140,12 @@ def test_a_failed_conversion_raises_on_every_rank_and_leaves_nothing(tmp_path):
     # every rank sees it complete: nobody converts; no universal plan: nothing to agree on
     (uc.universal_dir(step_dir) / "zero").mkdir(parents=True)
     (uc.universal_dir(step_dir) / "zero" / "optimizer_state.pt").write_bytes(b"x")
-    agree = Agree([False])
+    agree = Agree([False, False])
     assert uc.prepare_universal(plan, rank=1, world_size=3, agree=agree) == uc.universal_dir(step_dir)
-    assert agree.said == [False]
+    assert agree.said == [False, False]  # nothing to convert; converted, as every rank sees
+    # a rank that does not see it complete after the conversion (no shared filesystem): all raise
+    with pytest.raises(RuntimeError, match="missing after the conversion"):
+        uc.prepare_universal(plan, rank=1, world_size=3, agree=Agree([False, True]))
     same = uc.plan_resume(step_dir, world_size=2, zero_stage=1, precision="fp32")
     assert same.universal is False
     assert uc.prepare_universal(same, rank=1, world_size=2, agree=lambda f: pytest.fail("no agreement")) == step_dir
@@ -302,18 +305,16 @@ def test_zero1_resumes_from_2_ranks_on_1_and_from_1_rank_on_2(tmp_path):
     root = layout.checkpoints_dir(b_run)
     step_dir = root / "step_00000003"
     out = uc.universal_dir(step_dir)
-    # the conversion and the load, both ranks on one node (tests/electra/test_checkpoint_mirror.py:
-    # without the mirror, once per rank): each universal file both ranks load was opened once; of
-    # the step dir, the model states once for the node's conversion plus rank 0's copy into the
-    # universal folder, the partition once by the rank extracting it plus once by rank 0 for the
-    # common optimiser state; the mirror's folder is gone
+    # the load, both ranks on one node: every file opened once for the node, those both ranks
+    # load (the model states, the param groups, the parameters both partitions overlap) through
+    # the mirror (tests/electra/test_checkpoint_mirror.py: without it, once per rank that loads);
+    # the saved partition by the rank extracting it and by rank 0 for the common state
     read = opens(tmp_path / "opens.log")
-    universal = {f: n for f, n in read.items() if out in f.parents}
-    assert {out / "mp_rank_00_model_states.pt", out / "zero" / "proj.weight" / "fp32.pt",
-            out / "zero" / "proj.weight" / "exp_avg_sq.pt", out / "zero" / "emb.weight" / "step.pt",
-            out / "zero" / "optimizer_state.pt"} <= set(universal)
-    assert set(universal.values()) == {1}, universal
-    assert read[step_dir / "mp_rank_00_model_states.pt"] == 2
+    assert read[out / "mp_rank_00_model_states.pt"] == read[out / "zero" / "optimizer_state.pt"] == 1
+    params = {f: n for f, n in read.items() if f.parent.parent == out / "zero"}
+    assert len(params) == 4 * 6 and set(params.values()) == {1}, params  # 6 trained tensors (one tied) x 4 states
+    loads = json.loads((b_resume / "universal_loads.json").read_text())
+    assert set(loads[0]) & set(loads[1]) and set(loads[0]) != set(loads[1])  # shared and own parameters
     assert read[step_dir / "zero_pp_rank_0_mp_rank_00_optim_states.pt"] == 2
     assert not any((tmp_path / "node").iterdir())
     assert sorted(p.name for p in root.iterdir() if p.name.startswith("step_")) == [
