@@ -15,14 +15,14 @@ moments), in the two layouts a resume loads:
   proportions) ``zero/<name>/{fp32,exp_avg,exp_avg_sq}.pt``, which a rank loads only where its
   new ZeRO partition (its 1/W of the flattened parameters) overlaps the tensor, as DeepSpeed does.
 
-For each world size W, one node's ranks (``--ranks-per-node`` forked processes, ranks 0..n-1 of
-W, with ``LOCAL_RANK`` / ``LOCAL_WORLD_SIZE`` as a launcher sets them) load their files with
-``torch.load``: directly (``data.node_cache: null``) and through ``CheckpointMirror`` (a node
-folder under the temp folder; told which parameters each rank loads, as the trainer tells it). Each rank logs its opens of the run
-directory's files (``tests._opens``: a wrapper of ``open``, not the mirror's counters); opens
-weighted by file sizes are the bytes read from the run directory. A node's reads depend only on
-its own ranks, so one node stands for each of the W / n nodes: per rank = node / n, in total =
-node x W / n. The partition files are sized for W; the shared files do not depend on W.
+For each world size W, one node's ranks (``--ranks-per-node`` processes from a fork server,
+ranks 0..n-1 of W, with ``LOCAL_RANK`` / ``LOCAL_WORLD_SIZE`` as a launcher sets them) load their
+files with ``torch.load``: directly (``data.node_cache: null``) and through ``CheckpointMirror``
+(a node folder under the temp folder; told which parameters each rank loads, as the trainer
+tells it). Each rank logs its opens of the run directory's files (``tests._opens``: a wrapper of
+``open``, not the mirror's counters); opens weighted by file sizes are the bytes read from the
+run directory. A node's reads depend only on its own ranks, so one node stands for each of the
+W / n nodes: per rank = node / n, in total = node x W / n. The partition files are sized for W; the shared files do not depend on W.
 """
 from __future__ import annotations
 
@@ -32,6 +32,7 @@ import multiprocessing as mp
 import os
 import sys
 import tempfile
+import traceback
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -73,6 +74,15 @@ def own(rank: int) -> str:
 
 
 def _rank(root, files, rank, world, per_node, mirror_root, log, done, param_loads):
+    try:
+        _load_files(root, files, rank, world, per_node, mirror_root, log, done, param_loads)
+    except BaseException:  # the parent raises with it: a child's stderr may be nobody's
+        Path(f"{log}.error-{rank}").write_text(traceback.format_exc())
+        done.abort()
+        raise
+
+
+def _load_files(root, files, rank, world, per_node, mirror_root, log, done, param_loads):
     import torch
 
     from electra.checkpoint_mirror import CheckpointMirror
@@ -100,20 +110,27 @@ def node_bytes(root: Path, files_of_rank, *, world: int, per_node: int, mirror_r
     """Bytes one node's ranks read from ``root``: opens logged in the ranks x file sizes."""
     from tests._opens import opens
 
-    ctx = mp.get_context("fork")
+    # ranks start clean from a server process (forked from a test process, they inherited its
+    # state: one failed in CI after other tests had run in that process)
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(["torch", "electra.checkpoint_mirror", "benchmarks.resume_reads"])
+    from benchmarks.resume_reads import _rank as target  # by module name, also when run as a script
+
     done = ctx.Barrier(per_node)
     # per rank of the world, the parameters it loads (electra.distributed.universal_loads); the
     # node's ranks' are what counts here
     loads = [sorted({rel.split("/")[1] for rel in files_of_rank(r) if rel.startswith("zero/t")})
              if r < per_node else [] for r in range(world)]
-    procs = [ctx.Process(target=_rank, args=(str(root), files_of_rank(r), r, world, per_node, mirror_root, str(log),
+    procs = [ctx.Process(target=target, args=(str(root), files_of_rank(r), r, world, per_node, mirror_root, str(log),
                                              done, loads)) for r in range(per_node)]
     for p in procs:
         p.start()
     for p in procs:
         p.join()
-        if p.exitcode != 0:
-            raise RuntimeError(f"a rank process exited with {p.exitcode}")
+    errors = sorted(log.parent.glob(f"{log.name}.error-*"))
+    if errors or any(p.exitcode for p in procs):
+        raise RuntimeError(f"a rank process failed (exit codes {[p.exitcode for p in procs]}):\n"
+                           + "\n".join(e.read_text() for e in errors))
     counted = opens(log)
     log.unlink(missing_ok=True)
     return sum(n * f.stat().st_size for f, n in counted.items())
