@@ -59,7 +59,7 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from electra.node_cache import AUTO, NodeRanks, auto_root, join, leave, locked, private_folder, run_name
+from electra.node_cache import AUTO, NodeRanks, auto_root, join, leave, locked, private_folder, release, run_name
 
 log = logging.getLogger(__name__)
 
@@ -118,8 +118,8 @@ class CheckpointMirror:
 
     @contextmanager
     def local(self, path: str | os.PathLike) -> Iterator[str]:
-        """The path to load for ``path``: the node's copy of a file every rank loads (made here
-        when this rank is the node's first to need it), else ``path`` itself."""
+        """The path to load for ``path``: the node's copy of a file several of the node's ranks
+        load (made here when this rank is the node's first to need it), else ``path`` itself."""
         path = os.path.abspath(path)
         rel = os.path.relpath(path, self.source).replace(os.sep, "/")
         parts = rel.split("/")
@@ -143,7 +143,7 @@ class CheckpointMirror:
             if mine is not None:
                 os.unlink(mine)
             if count is not None:
-                self._release(entry, count)
+                release(entry, ".pt", count)
 
     def _copy(self, path: str, copy: str) -> str | None:
         """``copy`` holding ``path``'s bytes (made now unless a complete one exists), or None where
@@ -172,13 +172,3 @@ class CheckpointMirror:
         self.copied += 1
         self.copied_bytes += size
         return copy
-
-    def _release(self, entry: str, count: int) -> None:
-        """One more of the node's ``count`` ranks that load ``entry`` has; the last deletes the copy."""
-        with locked(entry + ".lock") as fd:
-            done = int(os.pread(fd, 32, 0).strip() or b"0") + 1
-            if done >= count:
-                Path(entry + ".pt").unlink(missing_ok=True)
-                Path(entry + ".lock").unlink(missing_ok=True)
-            else:
-                os.pwrite(fd, b"%020d" % done, 0)

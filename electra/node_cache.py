@@ -405,11 +405,16 @@ class Consumer:
         """This consumer is done with ``index`` for the pass; the last one deletes the copy."""
         if self.uses[index] < 1:
             return
-        entry = self._entry(index)
-        with locked(entry + ".lock") as fd:
-            done = int(os.pread(fd, 32, 0).strip() or b"0") + 1
-            if done >= self.uses[index]:
-                Path(entry + ".tar").unlink(missing_ok=True)
-                Path(entry + ".lock").unlink(missing_ok=True)
-            else:
-                os.pwrite(fd, b"%020d" % done, 0)
+        release(self._entry(index), ".tar", int(self.uses[index]))
+
+
+def release(entry: str, suffix: str, uses: int) -> None:
+    """One more of the ``uses`` readers of ``entry`` is done (a count in ``<entry>.lock``, under
+    its lock); the last deletes the copy ``<entry><suffix>`` and the lock file."""
+    with locked(entry + ".lock") as fd:
+        done = int(os.pread(fd, 32, 0).strip() or b"0") + 1
+        if done >= uses:
+            Path(entry + suffix).unlink(missing_ok=True)
+            Path(entry + ".lock").unlink(missing_ok=True)
+        else:
+            os.pwrite(fd, b"%020d" % done, 0)

@@ -71,10 +71,10 @@ def convert_across_ranks(step_dir: Path, out: Path, *, rank: int, world_size: in
     try:
         with weights_only_loads(mmap=True), contextlib.redirect_stdout(chatter), contextlib.redirect_stderr(chatter):
             _step(agree, step_dir, "clean", lambda: _clean(out, tmp) if rank == 0 else None)
-            ds = _step(agree, step_dir, "read", lambda: _checkpoint(step_dir))
+            ds, shapes = _step(agree, step_dir, "read", lambda: _checkpoint(step_dir))
             _step(agree, step_dir, "extract", lambda: _extract(ds, tmp, rank, world_size))
-            _step(agree, step_dir, "merge", lambda: _merge(ds, tmp, rank, world_size))
-            _step(agree, step_dir, "finish", lambda: _finish(ds, out, tmp) if rank == 0 else None)
+            _step(agree, step_dir, "merge", lambda: _merge(ds, shapes, tmp, rank, world_size))
+            _step(agree, step_dir, "finish", lambda: _finish(ds, shapes, out, tmp) if rank == 0 else None)
     except BaseException:
         if chatter.getvalue():
             log.error("DeepSpeed said:\n%s", chatter.getvalue()[-4000:])
@@ -112,6 +112,7 @@ def _clean(out: Path, tmp: Path) -> None:
 
 
 def _checkpoint(step_dir: Path):
+    """DeepSpeed's reader of ``step_dir``, and each parameter's shapes (one per tensor-parallel rank)."""
     from deepspeed.checkpoint import UNIVERSAL_CHECKPOINT_INFO, UNIVERSAL_CHECKPOINT_VERSION_KEY, DeepSpeedCheckpoint
     from deepspeed.checkpoint import ds_to_universal as dtu
 
@@ -122,7 +123,7 @@ def _checkpoint(step_dir: Path):
     if set(info) - {UNIVERSAL_CHECKPOINT_VERSION_KEY}:  # tensor/pipeline-parallel patterns: not ours
         raise NotImplementedError(f"{step_dir}: universal_checkpoint_info {sorted(info)}; convert it offline "
                                   "(python -m electra.universal_checkpoint)")
-    return ds
+    return ds, _shapes(ds)
 
 
 def _shapes(ds) -> dict[str, list]:
@@ -142,11 +143,10 @@ def _extract(ds, tmp: Path, rank: int, world_size: int) -> None:
         dtu.extract_zero_shards(str(tmp / "tmp"), ds, item)
 
 
-def _merge(ds, tmp: Path, rank: int, world_size: int) -> None:
+def _merge(ds, shapes: dict[str, list], tmp: Path, rank: int, world_size: int) -> None:
     from deepspeed.checkpoint import UNIVERSAL_CHECKPOINT_INFO
     from deepspeed.checkpoint import ds_to_universal as dtu
 
-    shapes = _shapes(ds)
     names = sorted(shapes)
     sizes = [sum(math.prod(s) for s in shapes[n] if s is not None) for n in names]
     info = ds.get_checkpoint_info(UNIVERSAL_CHECKPOINT_INFO)
@@ -158,14 +158,13 @@ def _merge(ds, tmp: Path, rank: int, world_size: int) -> None:
             _save_fp32(tmp / "zero" / name, module[name])
 
 
-def _finish(ds, out: Path, tmp: Path) -> None:
+def _finish(ds, shapes: dict[str, list], out: Path, tmp: Path) -> None:
     from deepspeed.checkpoint import ds_to_universal as dtu
 
     # what no rank merged (frozen parameters, buffers): fp32 from the model states. Decided by the
     # names, not by looking for the merged files, which another node may have written moments ago
-    merged = set(_shapes(ds))
     for name, tensor in _modules(ds).items():
-        if name not in merged:
+        if name not in shapes:
             _save_fp32(tmp / "zero" / name, tensor)
     dtu._save_optimizer_state(argparse.Namespace(output_folder=str(tmp)), ds)
     shutil.rmtree(tmp / "tmp", ignore_errors=True)
