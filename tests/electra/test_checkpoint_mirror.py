@@ -1,6 +1,6 @@
 """electra/checkpoint_mirror.py: the files every rank loads at resume are read once per node.
 
-Ranks are real processes (forked) on one simulated node (``LOCAL_RANK`` / ``LOCAL_WORLD_SIZE``,
+Ranks are real processes (from a fork server) on one simulated node (``LOCAL_RANK`` / ``LOCAL_WORLD_SIZE``,
 as the launchers set them), loading a checkpoint-shaped folder through the mirror. The source's
 opens are counted by a wrapper of ``open`` in the ranks (``tests._opens``), not by the mirror; what each rank
 loaded is compared with the parent's own ``torch.load`` of the source. Every wait is on an event
@@ -69,8 +69,22 @@ def _rank(load_dir, root, rank, world, files, results, loaded, close, log):
     mirror.close()
 
 
+def clean_context():
+    """Rank processes from a fork server: forked from a test process that had run other tests
+    (Ray among them), ranks did their work and then exited with status 1 in CI."""
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(["torch", "electra.checkpoint_mirror", "tests.electra.test_checkpoint_mirror"])
+    return ctx
+
+
+def _load_shared(load_dir, log):
+    log_opens(load_dir, log)
+    for rel in SHARED:
+        torch.load(load_dir / rel, weights_only=True)
+
+
 def run_node(load_dir: Path, root: str, world: int, log: Path, *, before_close=None) -> dict:
-    ctx = mp.get_context("fork")
+    ctx = clean_context()
     loaded, close, results = ctx.Barrier(world + 1), ctx.Event(), ctx.Queue()
     procs = [ctx.Process(target=_rank, args=(load_dir, root, r, world, loads(r), results, loaded, close, log))
              for r in range(world)]
@@ -121,12 +135,7 @@ def test_without_the_mirror_every_rank_reads_every_shared_file(load_dir, tmp_pat
     assert cm.CheckpointMirror.open(str(tmp_path / "n"), load_dir, rank=0, world_size=1, env={}) is None
     log = tmp_path / "opens.log"
 
-    def rank():
-        log_opens(load_dir, log)
-        for rel in SHARED:
-            torch.load(load_dir / rel, weights_only=True)
-
-    procs = [mp.get_context("fork").Process(target=rank) for _ in range(3)]
+    procs = [clean_context().Process(target=_load_shared, args=(load_dir, log)) for _ in range(3)]
     for p in procs:
         p.start()
     for p in procs:
