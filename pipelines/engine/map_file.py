@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import struct
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -223,6 +223,22 @@ class MapFiles(Sequence):
 
     def take(self, order: np.ndarray) -> "MapFiles":
         return MapFiles(_arrays=(self._names[order], self._bytes[order], self._rows[order]))
+
+    @staticmethod
+    def joined(parts: Sequence["MapFiles"]) -> "MapFiles":
+        """The files of ``parts`` in one list ordered by name (how the driver gathers the map
+        tasks' lists without a Python object per file)."""
+        parts = [p for p in parts if len(p)]
+        if not parts:
+            return MapFiles()
+        width = max(p._names.dtype.itemsize for p in parts)
+        names = np.concatenate([p._names.astype(f"S{width}") for p in parts])
+        order = np.argsort(names, kind="stable")
+        return MapFiles(_arrays=(names[order], np.concatenate([p._bytes for p in parts])[order],
+                                 np.concatenate([p._rows for p in parts])[order]))
+
+    def names(self) -> Iterator[str]:
+        return (n.decode() for n in self._names)
 
     @property
     def total_bytes(self) -> int:

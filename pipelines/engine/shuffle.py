@@ -89,8 +89,11 @@ MIN_REDUCE_TASKS = 8
 PARTITIONS_PER_RANGE = 4
 # Bytes of slices a reduce task buffers before it spills a sorted run to local disk.
 TASK_MEMORY_BYTES = 256 << 20
-# Map files whose index records one reduce task asks for in one batch of concurrent reads.
-READ_BATCH = 1024
+# Map files whose index records one reduce task asks for in one batch of concurrent reads. Each
+# request in flight costs the task's heap tens of kilobytes in the S3 client (measured: 1,024 in
+# flight held ~20 MB more than 64; docs/build-corpus.md), and the store's rate is shared by the
+# tasks anyway: 128 per task is 4,096 in flight from a 16-CPU node.
+READ_BATCH = 128
 # A reduce task's outputs are passed on to Ray Data in batches of this many calls' outputs (or
 # about this many bytes), concatenated (``_Coalesced``).
 COALESCE_OUTPUTS = 512
@@ -119,6 +122,10 @@ class Shuffled:
         return range_bounds(self.partitions, self.ranges, r)
 
     def remove(self) -> None:
+        """Delete the map files by name, a thousand per request (no listing of them: at 80,000
+        files a listing held ~100 MB of the driver's memory), then whatever the folder still holds
+        (orphans of failed map attempts, found by one listing)."""
+        storage.remove_files(storage.join(self.folder, n) for n in self.files.names())
         storage.remove(self.folder, recursive=True)
 
 
@@ -165,9 +172,10 @@ def _write_map_files(folder: str, partitions: int, ranges: int, file_bytes: int,
         digest = hashlib.blake2b(data, digest_size=12).hexdigest()
         name = f"{digest[:2]}/map-{digest}.arrows"
         storage.write_bytes(storage.join(folder, name), data)
-        files.append({"name": name, "bytes": len(data), "rows": piece.num_rows})
+        files.append(MapFile(name, len(data), piece.num_rows))
         del data
-    return {"files": files, "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss << 10}
+    # As ``MapFiles`` (arrays), not a dict per file: the driver gathers every task's list.
+    return {"files": MapFiles(files), "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss << 10}
 
 
 def shuffle(ds: Any, *, partitions: int, folder: str, file_bytes: int = FILE_BYTES, ranges: int | None = None,
@@ -180,7 +188,7 @@ def shuffle(ds: Any, *, partitions: int, folder: str, file_bytes: int = FILE_BYT
     writer = ray.remote(_write_map_files).options(max_retries=3, retry_exceptions=[storage.StorageError])
     max_in_flight = max(MIN_IN_FLIGHT, IN_FLIGHT_PER_CPU * _cluster_cpus())
     start = time.perf_counter()
-    done: list[dict[str, Any]] = []
+    done: list[MapFiles] = []
     in_flight: list[Any] = []
     pending: list[Any] = []
     pending_bytes = blocks = 0
@@ -189,7 +197,7 @@ def shuffle(ds: Any, *, partitions: int, folder: str, file_bytes: int = FILE_BYT
     def collect(results: list[dict[str, Any]]) -> None:
         nonlocal peak_rss
         for res in results:
-            done.extend(res["files"])
+            done.append(res["files"])
             peak_rss = max(peak_rss, res["peak_rss"])
 
     def submit() -> None:
@@ -213,7 +221,8 @@ def shuffle(ds: Any, *, partitions: int, folder: str, file_bytes: int = FILE_BYT
                 submit()
     submit()
     collect(ray.get(in_flight))
-    files = MapFiles(sorted((MapFile(**d) for d in done), key=lambda f: f.name))
+    files = MapFiles.joined(done)
+    del done
     stats = {"name": name, "partitions": partitions, "ranges": ranges, "blocks_in": blocks,
              "map_files": len(files), "rows": files.total_rows, "bytes": files.total_bytes,
              "map_task_peak_rss": peak_rss, "map_seconds": round(time.perf_counter() - start, 3)}
@@ -231,11 +240,12 @@ def read_range(shuffled: Shuffled, r: int, *, memory_bytes: int = TASK_MEMORY_BY
     lo, hi = shuffled.bounds(r)
     # Each range starts at its own place in the (name-ordered) list, so the tasks' concurrent
     # reads fall on different key prefixes rather than all on the first few.
-    start = r * len(shuffled.files) // shuffled.ranges
-    files = shuffled.files.take(np.roll(np.arange(len(shuffled.files)), -start))
+    n = len(shuffled.files)
+    start = r * n // shuffled.ranges
     with RangeSpill(lo, hi, budget=memory_bytes, name=f"{shuffled.folder}#{r}") as spill:
-        for first in range(0, len(files), READ_BATCH):
-            batch = files[first:first + READ_BATCH]
+        for first in range(0, n, READ_BATCH):
+            # one batch's entries at a time: no second copy of the whole list in the task
+            batch = shuffled.files.take((start + np.arange(first, min(n, first + READ_BATCH))) % n)
             uris = [storage.join(shuffled.folder, f.name) for f in batch]
             indexes = storage.read_ranges([(u, *index_range(f.bytes, shuffled.ranges, r))
                                            for u, f in zip(uris, batch)])

@@ -86,6 +86,16 @@ def test_write_read_list_and_remove(root):
     assert storage.find(storage.join(root, "never")) == [] and storage.listdir(storage.join(root, "never")) == []
 
 
+def test_remove_files_deletes_only_the_named_ones(root):
+    names = [f"d{i % 3}/f{i}.bin" for i in range(7)]
+    for n in names:
+        storage.write_bytes(storage.join(root, n), n.encode())
+    asked = [storage.join(root, n) for n in names[:5]] + [storage.join(root, "d0", "never.bin")]
+    assert storage.remove_files(iter(asked), per_request=2) == 6  # three requests, one name missing
+    assert storage.find(root) == sorted(names[5:])
+    assert storage.remove_files([]) == 0
+
+
 def test_missing_files_are_named(root):
     missing = storage.join(root, "no", "such.bin")
     for call in (storage.read_bytes, storage.read_text):

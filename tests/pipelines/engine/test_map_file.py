@@ -488,3 +488,17 @@ def test_map_files_keep_every_entry_compactly():
     # Shuffled keeps any sequence of MapFile as MapFiles, equal whichever way it was given
     a, b = sh.Shuffled("f", 8, tuple(files), 2), sh.Shuffled("f", 8, compact, 2)
     assert isinstance(a.files, sh.MapFiles) and a == b and a.rows == compact.total_rows
+    assert list(compact.names()) == [f.name for f in files]
+
+
+def test_joined_map_files_are_every_task_s_list_in_name_order():
+    """How the driver gathers the map tasks' lists: the union, sorted by name as str sorts, with
+    each file's bytes and rows still beside its name (names of different widths too)."""
+    rng = np.random.default_rng(9)
+    files = [sh.MapFile(f"{rng.integers(0, 256):02x}/map-{rng.bytes(int(rng.integers(1, 13))).hex()}.arrows",
+                        int(rng.integers(1, 1 << 40)), int(rng.integers(0, 1 << 20))) for _ in range(500)]
+    cuts = [0, 3, 3, 170, 420, 500]  # an empty task list among them
+    lists = [sh.MapFiles(files[a:b]) for a, b in zip(cuts, cuts[1:])]
+    joined = sh.MapFiles.joined(lists)
+    assert list(joined) == sorted(files, key=lambda f: f.name)
+    assert sh.MapFiles.joined([]) == sh.MapFiles() and len(sh.MapFiles.joined([sh.MapFiles()])) == 0

@@ -488,5 +488,8 @@ def test_shuffle_on_s3_reads_ranges(ray_s3):
     assert (whole.column("k").to_numpy() % parts == 3).all()
     with pytest.raises(IndexError):
         sh.read_partition(shuffled, parts)
+    # what a failed map attempt may leave: removed with the files it lists, by the one listing
+    storage.write_bytes(storage.join(folder, "ab", "map-orphan.arrows"), b"x")
+    storage.write_bytes(storage.join(folder, "map-stray.arrows"), b"y")
     shuffled.remove()
     assert storage.find(folder) == []
