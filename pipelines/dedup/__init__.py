@@ -6,7 +6,8 @@ removed documents in place in a second read of the parts (``marks``). The kept c
 group is the smallest uid, so the result depends only on the documents, never on block layout.
 """
 from pipelines.dedup.exact import EXACT, digest_rows, exact_dedup, exact_marks
-from pipelines.dedup.near import NEAR, bucket_edges, near_dedup, signature_buckets
+from pipelines.dedup.candidates import signature_rows
+from pipelines.dedup.near import NEAR, bucket_edges, near_dedup
 
 __all__ = ["EXACT", "NEAR", "bucket_edges", "digest_rows", "exact_dedup", "exact_marks", "near_dedup",
-           "signature_buckets"]
+           "signature_rows"]

@@ -2,11 +2,13 @@
 
 Four named steps sharing one ``DedupConfig`` (as datatrove splits them), moving no text:
 
-1. ``signature_buckets``: vectorised MinHash signatures (``pipelines.dedup.minhash``) cut into
-   ``num_bands`` bands of ``rows_per_band`` values; one row per band: (bucket, uid, file,
-   sketch), where the sketch is the low ``SKETCH_BITS`` bits of every signature value
-   (b-bit MinHash, Li & König 2010: 112 bytes instead of 896).
-2. ``bucket_edges``: rows grouped by bucket (a storage shuffle); every member is checked
+1. candidates (``pipelines.dedup.candidates``): vectorised MinHash signatures
+   (``pipelines.dedup.minhash``) cut into ``num_bands`` bands of ``rows_per_band`` values; band
+   keys are shuffled with the document id only, and each document's sketch (the low
+   ``SKETCH_BITS`` bits of every signature value: b-bit MinHash, Li & König 2010, 112 bytes
+   instead of 896) once, by id; the sketch is joined to the document's memberships of buckets
+   that hold two documents or more: rows (bucket, uid, file, sketch) for those only.
+2. ``bucket_edges``: those rows grouped by bucket (a storage shuffle); every member is checked
    against the bucket's smallest uid before it is linked to it: the estimated Jaccard of their
    sketches must reach ``jaccard_threshold``. Members that fail are checked against the
    smallest of the failed ones, and so on for ``ANCHOR_ROUNDS`` rounds, so a bucket holding two
@@ -41,47 +43,18 @@ import pyarrow as pa
 
 from common import storage
 from pipelines.config import DedupConfig, ShuffleConfig
-from pipelines.dedup import rows as doc_rows
+from pipelines.dedup.candidates import SKETCH_BITS, candidate_rows, sketch_bytes, sketch_matrix
 from pipelines.dedup.components import connected_components
 from pipelines.dedup.marks import build_marks, mark_parts
-from pipelines.dedup.minhash import EMPTY, band_hashes, lsh_threshold, minhash_signatures
+from pipelines.dedup.minhash import lsh_threshold
 from pipelines.engine.parts import Parts
 from pipelines.engine.raydata import partitions_for
 from pipelines.engine.shuffle import group_apply
 
 NEAR = "dedup:near"
-SKETCH_BITS = 8
 ANCHOR_ROUNDS = 4
 _REFUSED = -10  # marker row of bucket_edges: candidates the similarity check refused
 _KEY_BYTES = 24  # bucket, uid, file
-
-
-def signature_buckets(batch: dict[str, np.ndarray], *, cfg: DedupConfig) -> pa.Table:
-    """Step 1: one (bucket, uid, file, sketch) row per band of every active document with a word."""
-    active = doc_rows.active(batch)
-    texts = doc_rows.texts(batch, active)
-    num_perm = cfg.num_bands * cfg.rows_per_band
-    sigs = minhash_signatures(texts, cfg) if texts else np.zeros((0, num_perm), np.uint64)
-    has_words = sigs[:, 0] != EMPTY
-    sigs = sigs[has_words]
-    keys = band_hashes(sigs, cfg)
-    uid = np.asarray(batch["uid"], dtype=np.int64)[active][has_words]
-    file = doc_rows.files(batch, active)[has_words]
-    sketch = np.repeat((sigs & np.uint64((1 << SKETCH_BITS) - 1)).astype(np.uint8), cfg.num_bands, axis=0)
-    return pa.table({"bucket": keys.ravel(), "uid": np.repeat(uid, cfg.num_bands),
-                     "file": np.repeat(file, cfg.num_bands), "sketch": _fixed_binary(sketch)})
-
-
-def _fixed_binary(rows: np.ndarray) -> pa.Array:
-    rows = np.ascontiguousarray(rows, dtype=np.uint8)
-    return pa.FixedSizeBinaryArray.from_buffers(pa.binary(rows.shape[1]), len(rows), [None, pa.py_buffer(rows)])
-
-
-def _sketch_matrix(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
-    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
-    width = array.type.byte_width
-    raw = np.frombuffer(array.buffers()[1], dtype=np.uint8)
-    return raw[array.offset * width:(array.offset + len(array)) * width].reshape(len(array), width)
 
 
 def estimated_jaccard(a: np.ndarray, b: np.ndarray, bits: int = SKETCH_BITS) -> np.ndarray:
@@ -99,7 +72,7 @@ def bucket_edges(table: pa.Table, *, threshold: float | None) -> dict[str, np.nd
     bucket = table.column("bucket").to_numpy().astype(np.int64)
     uid = table.column("uid").to_numpy().astype(np.int64)
     file = table.column("file").to_numpy().astype(np.int64)
-    sketch = _sketch_matrix(table.column("sketch"))
+    sketch = sketch_matrix(table.column("sketch"))
     order = np.lexsort((uid, bucket))
     bucket, uid, file, sketch = bucket[order], uid[order], file[order], sketch[order]
     distinct = np.ones(len(uid), dtype=bool)
@@ -149,16 +122,14 @@ def near_dedup(parts: Parts, cfg: DedupConfig, *, work: str,
     has run). Raises ``ComponentsNotConverged`` past ``cfg.max_cc_iterations`` rounds.
     """
     shuffle = shuffle or ShuffleConfig()
-    num_perm = cfg.num_bands * cfg.rows_per_band
-    rows = parts.read(with_file=True).select_columns(["uid", "text", "reason", "id", "_file"])
-    buckets = rows.map_batches(signature_buckets, batch_format="numpy", fn_kwargs={"cfg": cfg})
-    partitions = partitions_for(parts.rows * cfg.num_bands * (_KEY_BYTES + num_perm * SKETCH_BITS // 8),
-                                partition_bytes=shuffle.partition_bytes)
-    edges, sh = group_apply(buckets, bucket_edges, key="bucket", partitions=partitions,
+    candidates, inputs, members = candidate_rows(parts, cfg, work=work, shuffle_cfg=shuffle)
+    partitions = partitions_for(members * (_KEY_BYTES + sketch_bytes(cfg)), partition_bytes=shuffle.partition_bytes)
+    edges, sh = group_apply(candidates, bucket_edges, key="bucket", partitions=partitions,
                             folder=storage.join(work, "buckets"), name="lsh_buckets", batch_format="pyarrow",
                             fn_kwargs={"threshold": cfg.jaccard_threshold}, **shuffle.options())
     edges = edges.materialize()
-    sh.remove()
+    for done in (*inputs, sh):
+        done.remove()
     comps = connected_components(edges, max_iterations=cfg.max_cc_iterations, work=storage.join(work, "cc"),
                                    shuffle=shuffle)
     pairs = comps.edges.map_batches(_member_pairs, batch_format="numpy")
@@ -167,5 +138,6 @@ def near_dedup(parts: Parts, cfg: DedupConfig, *, work: str,
     refused = sum(int(r["n"]) for r in edges.map_batches(_refused, batch_format="numpy").take_all())
     stats = {"near_duplicates": marks.count, "clusters": comps.clusters, "cc_iterations": comps.iterations,
              "refused_checks": refused, "lsh_threshold": round(lsh_threshold(cfg), 4),
-             "jaccard_threshold": cfg.jaccard_threshold, "shuffles": [sh.stats, *comps.shuffles, marks.stats]}
+             "jaccard_threshold": cfg.jaccard_threshold,
+             "shuffles": [*(i.stats for i in inputs), sh.stats, *comps.shuffles, marks.stats]}
     return mark_parts(parts, marks, NEAR), stats

@@ -61,7 +61,7 @@ import math
 import resource
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -71,7 +71,7 @@ from pipelines.engine.map_file import (PART, MapFile, MapFileError, MapFiles, de
                                        index_range, range_bounds, slice_bounds)
 from pipelines.engine.spill import RangeSpill
 
-__all__ = ["PART", "MapFile", "MapFileError", "MapFiles", "Shuffled", "default_ranges", "group_apply", "hash_partition",
+__all__ = ["PART", "Coalesced", "MapFile", "MapFileError", "MapFiles", "Shuffled", "default_ranges", "group_apply", "hash_partition",
            "read_partition", "read_range", "reduce", "shuffle"]
 
 # Bytes of rows per map file (``shuffle.map_file_mb``): the map task sorts this much in memory
@@ -95,7 +95,7 @@ TASK_MEMORY_BYTES = 256 << 20
 # tasks anyway: 128 per task is 4,096 in flight from a 16-CPU node.
 READ_BATCH = 128
 # A reduce task's outputs are passed on to Ray Data in batches of this many calls' outputs (or
-# about this many bytes), concatenated (``_Coalesced``).
+# about this many bytes), concatenated (``Coalesced``).
 COALESCE_OUTPUTS = 512
 COALESCE_BYTES = 8 << 20
 
@@ -298,7 +298,7 @@ def read_partition(shuffled: Shuffled, p: int) -> pa.Table | None:
 def _reduce_batch(batch: dict[str, np.ndarray], *, shuffled: Shuffled, fn: Callable, fn_kwargs: dict,
                   batch_format: str, with_partition: bool, memory_bytes: int) -> Iterator[Any]:
     for r in batch["r"]:
-        outputs = _Coalesced()
+        outputs = Coalesced()
         for p, table in read_range(shuffled, int(r), memory_bytes=memory_bytes):
             rows = table if batch_format == "pyarrow" else {c: table.column(c).to_numpy(zero_copy_only=False)
                                                             for c in table.column_names}
@@ -310,7 +310,7 @@ def _reduce_batch(batch: dict[str, np.ndarray], *, shuffled: Shuffled, fn: Calla
         yield from outputs.flush()
 
 
-class _Coalesced:
+class Coalesced:
     """The reduce function's outputs gathered into batches of ``COALESCE_OUTPUTS`` (or about
     ``COALESCE_BYTES``), their columns concatenated, in order.
 
@@ -360,17 +360,22 @@ def _output_bytes(out: Any) -> int:
 
 
 def reduce(shuffled: Shuffled, fn: Callable, *, fn_kwargs: dict | None = None, batch_format: str = "numpy",
-           with_partition: bool = False, memory_bytes: int = TASK_MEMORY_BYTES) -> Any:
+           with_partition: bool = False, memory_bytes: int = TASK_MEMORY_BYTES,
+           ranges: Sequence[int] | None = None) -> Any:
     """A Dataset of ``fn(rows of one partition)`` over every non-empty partition (lazy).
 
     ``fn`` gets a numpy batch (or a pyarrow table with ``batch_format="pyarrow"``) holding every
     row of its partition (and ``partition=p`` with ``with_partition``) and returns a batch (or
-    None). One Ray task per range of the shuffle, one call per partition.
+    None). One Ray task per range of the shuffle (of ``ranges`` only, if given), one call per
+    partition.
     """
     import ray
 
-    tasks = [{"r": r} for r in range(shuffled.ranges)]
-    return ray.data.from_items(tasks, override_num_blocks=len(tasks)).map_batches(
+    ranges = range(shuffled.ranges) if ranges is None else ranges
+    tasks = [{"r": int(r)} for r in ranges]
+    if any(not 0 <= t["r"] < shuffled.ranges for t in tasks):
+        raise IndexError(f"ranges {list(ranges)} of a {shuffled.ranges}-range shuffle")
+    return ray.data.from_items(tasks, override_num_blocks=max(1, len(tasks))).map_batches(
         _reduce_batch, batch_size=1, batch_format="numpy",
         fn_kwargs={"shuffled": shuffled, "fn": fn, "fn_kwargs": fn_kwargs or {}, "batch_format": batch_format,
                    "with_partition": with_partition, "memory_bytes": memory_bytes})

@@ -1,6 +1,7 @@
 """Exact and near dedup: the partition functions without Ray, then the stages over written parts."""
 from __future__ import annotations
 
+import collections
 import dataclasses
 import random
 
@@ -11,7 +12,7 @@ import pytest
 from common import storage
 from pipelines.config import DedupConfig
 from pipelines.dedup import (EXACT, NEAR, bucket_edges, digest_rows, exact_dedup, exact_marks, near_dedup,
-                             signature_buckets)
+                             signature_rows)
 from pipelines.dedup.near import estimated_jaccard
 from pipelines.engine import parts
 from synthetic import prose
@@ -86,16 +87,88 @@ def test_estimated_jaccard_is_unbiased_for_b_bit_sketches():
         assert abs(estimated_jaccard(a[None, :], b[None, :])[0] - true) < 0.01
 
 
-def test_signature_buckets_carry_no_text():
+def test_signature_rows_carry_ids_in_band_rows_and_the_sketch_once():
+    from pipelines.dedup.minhash import band_hashes, minhash_signatures
+
     cfg = DedupConfig()
     batch = _rows(["the same five words here now", "...", "other words in this one text", "x y z w v"],
                   [4, 5, 6, 7], ["", "", "", "filter:x"])
-    out = signature_buckets(batch, cfg=cfg)
-    assert out.column_names == ["bucket", "uid", "file", "sketch"]
-    assert [str(t) for t in out.schema.types] == ["int64", "int64", "int64", "fixed_size_binary[112]"]
-    # One row per band of each active document with a word; no word, no bucket; rejected: none.
-    assert sorted(set(out.column("uid").to_pylist())) == [4, 6] and out.num_rows == 2 * cfg.num_bands
-    assert set(out.column("file").to_pylist()) == {0, 2}
+    out = signature_rows(batch, cfg=cfg, partitions=5)
+    assert out.column_names == ["key", "uid", "file", "sketch", "_part"]
+    assert [str(t) for t in out.schema.types] == ["int64", "int64", "int64", "binary", "int64"]
+    # No word means no row; a rejected document has none either: documents 4 and 6 only.
+    lengths = np.array([len(x) for x in out.column("sketch").to_pylist()])
+    part, key, uid = (out.column(c).to_numpy() for c in ("_part", "key", "uid"))
+    band, sketch = lengths == 0, lengths == 112
+    assert band.sum() == 2 * cfg.num_bands and sketch.sum() == 2 and (band | sketch).all()
+    assert ((part[band] >= 0) & (part[band] < 5)).all() and ((part[sketch] >= 5) & (part[sketch] < 10)).all()
+    assert sorted(uid[sketch].tolist()) == [4, 6] and (key[sketch] == uid[sketch]).all()
+    assert out.column("file").to_numpy()[sketch].tolist() == [0, 2] and (out.column("file").to_numpy()[band] == 0).all()
+    sigs = minhash_signatures(["the same five words here now", "other words in this one text"], cfg)
+    assert sorted(key[band].tolist()) == sorted(band_hashes(sigs, cfg).ravel().tolist())
+    got = {u: s for u, s in zip(uid.tolist(), out.column("sketch").to_pylist()) if s}
+    assert got == {4: (sigs[0] & 255).astype(np.uint8).tobytes(), 6: (sigs[1] & 255).astype(np.uint8).tobytes()}
+
+
+def test_candidate_steps_give_the_edges_of_every_band_row_with_its_sketch():
+    """Steps 1-3 run by hand partition by partition (the shuffles' grouping done with dicts)
+    give bucket_edges the same edges and refusals as the single table the previous design
+    shuffled: every band row of every document with its sketch."""
+    from pipelines.dedup.candidates import shared_buckets, with_sketches
+    from pipelines.dedup.minhash import band_hashes, minhash_signatures
+
+    cfg = DedupConfig()
+    rng = random.Random(4)
+    base = [" ".join(prose.documents(2, seed=s)) for s in range(6)]
+    texts = (base + [_near_copy(rng, t, 0.9, 1.0) for t in base for _ in range(2)] + ["one two three four five"] * 3
+             + [" ".join(prose.documents(2, seed=100 + s)) for s in range(20)])  # and 20 without a copy
+    uids = rng.sample(range(1, 1 << 40), len(texts))
+    batch = _rows(texts, uids)
+    half = 4
+    out = signature_rows(batch, cfg=cfg, partitions=half)
+    by_part: dict[int, list[int]] = {}
+    for i, p in enumerate(out.column("_part").to_pylist()):
+        by_part.setdefault(p, []).append(i)
+    members = [shared_buckets(out.take(by_part[p]).drop_columns(["_part"]), partitions=half)
+               for p in range(half) if p in by_part]
+    members = {k: np.concatenate([m[k] for m in members if m is not None]) for k in ("uid", "bucket", "_part")}
+    candidates = []
+    for p in range(half, 2 * half):
+        mine = members["_part"] == p
+        sketches = out.take(by_part[p]).drop_columns(["_part"]) if p in by_part else None
+        got = with_sketches(pa.table({"uid": members["uid"][mine], "bucket": members["bucket"][mine]})
+                            if mine.any() else None, sketches)
+        if got is not None:
+            candidates.append(got)
+    joined = pa.concat_tables(candidates)
+
+    sigs = minhash_signatures(texts, cfg)  # the previous design's rows, built directly
+    whole = _bucket_table(band_hashes(sigs, cfg).ravel(), np.repeat(uids, cfg.num_bands),
+                          np.repeat((sigs & 255).astype(np.uint8), cfg.num_bands, axis=0))
+    whole = whole.set_column(2, "file", pa.array(np.repeat(np.arange(len(texts)) % 3, cfg.num_bands)))
+    for threshold in (0.7, None):
+        a, b = bucket_edges(joined, threshold=threshold), bucket_edges(whole, threshold=threshold)
+        assert _edges(a) == _edges(b) and len(_edges(a)) >= 12
+        assert int(a["v"][a["u"] < 0].sum()) == int(b["v"][b["u"] < 0].sum())
+        assert sorted(zip(a["u"], a["fu"], a["fv"])) == sorted(zip(b["u"], b["fu"], b["fv"]))
+    # only the memberships of shared buckets travel with a sketch
+    pairs = {(int(k), int(u)) for k, u in zip(whole.column("bucket").to_numpy(), whole.column("uid").to_numpy())}
+    size = collections.Counter(k for k, _ in pairs)
+    assert joined.num_rows == sum(size[k] >= 2 for k, _ in pairs) < whole.num_rows / 2
+
+
+def test_a_shared_bucket_member_without_a_sketch_is_named():
+    from pipelines.dedup.candidates import fixed_binary, with_sketches
+
+    sketches = pa.table({"key": [3, 9], "uid": [3, 9], "file": [0, 1],
+                         "sketch": fixed_binary(np.zeros((2, 112), np.uint8)).cast(pa.binary())})
+    ok = with_sketches(pa.table({"uid": [9, 3, 9], "bucket": [1, 1, 2]}), sketches)
+    assert ok.column("uid").to_pylist() == [9, 3, 9] and ok.column("file").to_pylist() == [1, 0, 1]
+    assert with_sketches(None, sketches) is None
+    with pytest.raises(RuntimeError, match="uid 7 is in a shared bucket but has no sketch"):
+        with_sketches(pa.table({"uid": [3, 7], "bucket": [1, 1]}), sketches)
+    with pytest.raises(RuntimeError, match="uid 3 "):
+        with_sketches(pa.table({"uid": [3], "bucket": [1]}), None)
 
 
 # ----------------------------------------------------------------------------- over parts
@@ -163,12 +236,13 @@ def _run(ray, rows, folder, *, blocks: int, cfg: DedupConfig = DedupConfig(), mo
          partitions: int | None = None):
     """Exact then near dedup as the stages chain them; ``partitions`` forces the shuffle width
     (by default it follows the number of documents: the minimum for this corpus)."""
+    import pipelines.dedup.candidates as candidates
     import pipelines.dedup.components as components
     import pipelines.dedup.exact as exact
     import pipelines.dedup.near as near
 
     if partitions is not None:
-        for module in (exact, near, components):
+        for module in (exact, candidates, near, components):
             monkeypatch.setattr(module, "partitions_for", lambda n, **_: partitions)
     first = _parts(ray, rows, folder / "in", blocks=blocks)
     ds, s1 = exact_dedup(first, work=str(folder / "w1"))
@@ -235,7 +309,8 @@ def test_dedup_precision_recall_on_planted_duplicates(first_run, planted):
     assert all(u in removed for u in chain if u != min(chain))
     names = [s["name"] for s in stats["shuffles"]]
     print(names)
-    assert names[:3] == ["exact_digests", "exact_marks", "lsh_buckets"] and names[-1] == "near_marks"
+    assert names[:5] == ["exact_digests", "exact_marks", "lsh_signatures", "lsh_members", "lsh_buckets"]
+    assert names[-1] == "near_marks"
 
 
 def test_dedup_is_deterministic_across_blocks_and_partitions(ray_local, monkeypatch, planted, first_run, tmp_path):
@@ -245,8 +320,9 @@ def test_dedup_is_deterministic_across_blocks_and_partitions(ray_local, monkeypa
     strip = lambda rows: sorted((r["id"], r["reason"], r["detail"]) for r in rows)  # noqa: E731
     assert strip(again) == strip(first_run[0]) and strip(exact_rows) == strip(first_run[1])
     assert _keep_counts(stats) == _keep_counts(first_run[2])
-    assert {s["partitions"] for s in stats["shuffles"] if s["name"] != "exact_marks" and
-            s["name"] != "near_marks"} == {3}
+    by_name = {s["name"]: s["partitions"] for s in stats["shuffles"]}
+    assert by_name.pop("lsh_signatures") == by_name.pop("lsh_members") == 6  # two halves of 3
+    assert {p for name, p in by_name.items() if name not in ("exact_marks", "near_marks")} == {3}
 
 
 def test_exact_and_near_dedup_keep_the_smallest_uid(ray_local, tmp_path):
@@ -266,7 +342,9 @@ def test_exact_and_near_dedup_keep_the_smallest_uid(ray_local, tmp_path):
 
 
 def test_only_small_keys_go_through_the_shuffles(ray_local, monkeypatch, tmp_path):
-    """Every shuffle of dedup and connected components sees integer keys and sketches, never text."""
+    """Every shuffle of dedup and connected components sees integer keys and sketches, never text;
+    the band rows carry no sketch (an empty one), and only a shared bucket's rows get one."""
+    import pipelines.dedup.candidates as candidates
     import pipelines.dedup.marks as marks
     import pipelines.engine.shuffle as shuffle
 
@@ -281,6 +359,7 @@ def test_only_small_keys_go_through_the_shuffles(ray_local, monkeypatch, tmp_pat
 
     monkeypatch.setattr(shuffle, "shuffle", spy(shuffle.shuffle))
     monkeypatch.setattr(marks, "shuffle", spy(marks.shuffle))
+    monkeypatch.setattr(candidates, "shuffle", spy(candidates.shuffle))
     text = " ".join(prose.documents(2, seed=8))
     rows = [{"id": f"y:{u}", "uid": u, "text": t, "reason": "", "detail": ""}
             for u, t in ((1, text), (2, text + " and more"), (3, text), (4, "other words " * 10))]
@@ -289,12 +368,15 @@ def test_only_small_keys_go_through_the_shuffles(ray_local, monkeypatch, tmp_pat
     assert sum(r["reason"] != "" for r in ds.take_all()) == 1 and stats["near_duplicates"] == 1
     by_name = {name: (cols, types) for name, cols, types in seen}
     assert by_name["exact_digests"] == (["h0", "h1", "uid", "file", "_part"], ["int64"] * 5)
+    assert by_name["lsh_signatures"] == (["key", "uid", "file", "sketch", "_part"],
+                                         ["int64"] * 3 + ["binary", "int64"])
+    assert by_name["lsh_members"] == (["uid", "bucket", "_part"], ["int64"] * 3)
     assert by_name["lsh_buckets"] == (["bucket", "uid", "file", "sketch", "_part"],
                                       ["int64"] * 3 + ["fixed_size_binary[112]", "int64"])
     assert by_name["cc1_large"][0] == ["x", "y", "fx", "fy", "_part"]
     for name, (cols, types) in by_name.items():
         assert "text" not in cols and "id" not in cols, name
-        assert all(t in ("int64", "fixed_size_binary[112]") for t in types), (name, types)
+        assert all(t in ("int64", "binary", "fixed_size_binary[112]") for t in types), (name, types)
 
 
 def test_documents_without_words(ray_local, tmp_path):
@@ -354,4 +436,4 @@ def test_a_text_that_is_not_a_string_is_a_clear_error():
     with pytest.raises(TypeError, match="'t:1'.*NoneType"):
         digest_rows(batch)
     with pytest.raises(TypeError, match="'t:1'"):
-        signature_buckets(batch, cfg=DedupConfig())
+        signature_rows(batch, cfg=DedupConfig(), partitions=4)
