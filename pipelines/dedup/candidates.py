@@ -33,6 +33,7 @@ import pyarrow as pa
 from common import storage
 from pipelines.config import DedupConfig, ShuffleConfig
 from pipelines.dedup import rows as doc_rows
+from pipelines.dedup.components import unique_pairs
 from pipelines.dedup.minhash import EMPTY, band_hashes, minhash_signatures
 from pipelines.engine.join import join
 from pipelines.engine.parts import Parts
@@ -95,13 +96,7 @@ def signature_rows(batch: dict[str, np.ndarray], *, cfg: DedupConfig, partitions
 def shared_buckets(rows: pa.Table, *, partitions: int) -> dict[str, np.ndarray] | None:
     """Step 2, on a partition of band rows: ``(uid, bucket)`` of each member of a bucket of two
     documents or more, with its partition in the sketches' half (``partitions + hash(uid)``)."""
-    key = rows.column("key").to_numpy()
-    uid = rows.column("uid").to_numpy()
-    order = np.lexsort((uid, key))
-    key, uid = key[order], uid[order]
-    distinct = np.ones(len(key), dtype=bool)
-    distinct[1:] = (key[1:] != key[:-1]) | (uid[1:] != uid[:-1])
-    key, uid = key[distinct], uid[distinct]
+    key, uid, _ = unique_pairs(rows.column("key").to_numpy(), rows.column("uid").to_numpy())
     starts = np.flatnonzero(np.diff(key, prepend=key[:1] - 1)) if len(key) else np.zeros(0, np.int64)
     sizes = np.diff(np.append(starts, len(key)))
     shared = np.repeat(sizes >= 2, sizes)
