@@ -1,7 +1,8 @@
-"""The driver's memory per read pass as the number of read tasks grows: one Ray block per task
-(the previous plan) against blocks bounded by the cluster (``raydata.task_items``), side by side.
+"""The driver's memory per read pass as the number of read tasks grows: blocks with an uncapped
+floor from the data (one per 32 tasks: the previous plan) against the shipped plan, whose floor
+stops at ``raydata.MAX_DATA_BLOCKS``, side by side.
 
-    .venv/bin/python benchmarks/driver_scale.py [--tasks 1000,4000,16000,64000] [--before-max 16000]
+    .venv/bin/python benchmarks/driver_scale.py [--tasks 4000,16000,64000,128000] [--before-max N]
         [--json OUT]
 
 A stage's input is read by the project's read tasks (``parts.Parts.read``: one per ~32 MB run
@@ -10,9 +11,9 @@ group, 64 rows each) stand in for N read tasks, so the driver's cost per task sh
 data's. Each (N, plan) runs in a FRESH child process (local Ray, 2 CPUs): it reads every part
 through ``Parts.read`` and a writer-like ``map_batches`` that returns one summary row per block
 (as ``parts.run_writers`` does), gathers the rows, and reports the driver's peak RSS (VmHWM)
-and the wall time. "before" sets ``raydata.MIN_TASK_BLOCKS`` above N (one block per task: the
-previous plan); "after" is the shipped plan. ``--before-max`` skips the previous plan above that
-N (it grows linearly; the figure says so). The CPU and load average are printed.
+and the wall time. "before" sets ``raydata.MAX_DATA_BLOCKS`` above N/32 (the floor uncapped, as
+it was); "after" is the shipped plan; both plan the tasks as one Arrow table. ``--before-max``
+skips "before" above that N. The CPU and load average are printed.
 """
 from __future__ import annotations
 
@@ -52,7 +53,7 @@ def child(folder: str, n: int, plan: str) -> dict:
     from pipelines.engine.parts import Parts
 
     if plan == "before":
-        raydata.MIN_TASK_BLOCKS = n + 1
+        raydata.MAX_DATA_BLOCKS = n + 1
     raydata.init_ray(num_cpus=2)
     files = tuple({"name": f"part-{i:06d}.parquet", "rows": 64, "bytes": os.path.getsize(f"{folder}/part-{i:06d}.parquet"),
                    "row_groups": 1} for i in range(n))
@@ -102,8 +103,8 @@ def summary(results: list[dict]) -> list[str]:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--tasks", default="1000,4000,16000,64000")
-    p.add_argument("--before-max", type=int, default=16000)
+    p.add_argument("--tasks", default="4000,16000,64000,128000")
+    p.add_argument("--before-max", type=int, default=10**9)
     p.add_argument("--work", default=None)
     p.add_argument("--json")
     p.add_argument("--child", nargs=3, help=argparse.SUPPRESS)

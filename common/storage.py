@@ -266,23 +266,35 @@ def find(uri: str) -> list[str]:
     return sorted(str(p)[len(root):].lstrip("/") for p in retry.call("find", uri, attempt) if str(p) != root)
 
 
-def list_sizes(uri: str) -> dict[str, int]:
+def lists_by_prefix(uri: str) -> bool:
+    """Whether ``uri``'s store narrows a listing to a key prefix on its side (S3, GCS: one
+    request per page of matching keys), so that a folder can be listed a slice at a time."""
+    import inspect
+
+    fs, _ = url_to_fs(uri)
+    return "prefix" in inspect.signature(getattr(type(fs), "_find", type(fs).find)).parameters
+
+
+def list_sizes(uri: str, prefix: str = "") -> dict[str, int]:
     """Every file below ``uri`` whose listing gives a size, as ``{relative path: bytes}`` (no
     request per file; an http index often gives none: ask ``info`` by name); empty when the
-    folder does not exist."""
+    folder does not exist. ``prefix``: only names starting with it (asked of the store where it
+    ``lists_by_prefix``, else filtered here)."""
     fs, path = url_to_fs(uri)
     root = path.rstrip("/")
+    narrowed = bool(prefix) and lists_by_prefix(uri)
 
     def attempt():
         try:
-            return fs.find(root, detail=True)
+            return fs.find(root, detail=True, prefix=prefix) if narrowed else fs.find(root, detail=True)
         except FileNotFoundError as exc:
             if _absent(exc):
                 return {}
             raise
     found = retry.call("list", uri, attempt)
-    return {str(p)[len(root):].lstrip("/"): int(i["size"]) for p, i in found.items()
-            if str(p) != root and i.get("type", "file") == "file" and i.get("size") is not None}
+    out = {str(p)[len(root):].lstrip("/"): int(i["size"]) for p, i in found.items()
+           if str(p) != root and i.get("type", "file") == "file" and i.get("size") is not None}
+    return {k: v for k, v in out.items() if k.startswith(prefix)} if prefix and not narrowed else out
 
 
 def du(uri: str) -> int:

@@ -22,12 +22,14 @@ of a killed attempt are never read.
 
 Reading (``Parts.read``) is planned from that list alone, with no call to the store: one read
 task per run of row groups of about ``READ_TASK_BYTES`` (at least ``MIN_READ_TASKS`` tasks when
-the parts allow), grouped into a number of Ray blocks that follows the cluster, not the data
-(``raydata.task_items``), every byte through ``common.storage`` (retried on a store outage; Ray's own
-Parquet reader would go around it). Row groups are small (at most ``ROW_GROUP_ROWS`` rows and
-about ``ROW_GROUP_BYTES``) so that even one big part, or one whose rows are whole books, gives
-several parallel tasks. A task knows which part it reads (``with_file`` adds its index as
-``_file``), which is how dedup joins its marks to the documents without moving any text.
+the parts allow), planned as one Arrow table (no Python object per task) and cut into a number
+of Ray blocks that follows the cluster, with a capped floor from the data (``raydata.task_table``):
+Ray Data's state per block is what a pass costs the driver. Every byte goes through
+``common.storage`` (retried on a store outage; Ray's own Parquet reader would go around it).
+Row groups are small (at most ``ROW_GROUP_ROWS`` rows and about ``ROW_GROUP_BYTES``) so that even
+one big part, or one whose rows are whole books, gives several parallel tasks. A task knows
+which part it reads (``with_file`` adds its index as ``_file``), which is how dedup joins its
+marks to the documents without moving any text.
 """
 from __future__ import annotations
 
@@ -247,19 +249,28 @@ class Parts:
     def rows(self) -> int:
         return sum(int(f["rows"]) for f in self.files)
 
-    def tasks(self) -> list[dict[str, Any]]:
-        """Read tasks: (part index, name, first row group, end row group), largest first."""
-        total = sum(int(f.get("bytes", 0)) for f in self.files)
-        target = max(1, min(READ_TASK_BYTES, -(-total // MIN_READ_TASKS)))
-        tasks = []
-        for index, f in enumerate(self.files):
-            groups = max(1, int(f.get("row_groups", 1)))
-            k = max(1, min(groups, -(-int(f.get("bytes", 0)) // target)))
-            cuts = [groups * j // k for j in range(k + 1)]
-            tasks += [{"index": index, "name": f["name"], "first": a, "end": b, "groups": groups,
-                       "bytes": int(f.get("bytes", 0)) * (b - a) // groups} for a, b in zip(cuts, cuts[1:])]
+    def tasks(self) -> pa.Table:
+        """Read tasks, one row each: ``index`` (the part's), ``name``, row groups ``[first, end)``
+        of ``groups``, and ``bytes`` (the part's bytes pro rata), largest first. A part of ``b``
+        bytes and ``g`` row groups is cut into ``min(g, ceil(b / target))`` runs of row groups of
+        equal count (``target`` = ``READ_TASK_BYTES``, smaller when that would give fewer than
+        ``MIN_READ_TASKS`` tasks). Planned as arrays: tens of bytes a task on the driver."""
+        n = len(self.files)
+        size = np.fromiter((int(f.get("bytes", 0)) for f in self.files), np.int64, n)
+        groups = np.fromiter((max(1, int(f.get("row_groups", 1))) for f in self.files), np.int64, n)
+        target = max(1, min(READ_TASK_BYTES, -(-int(size.sum()) // MIN_READ_TASKS)))
+        runs = np.maximum(1, np.minimum(groups, -(-size // target)))
+        index = np.repeat(np.arange(n, dtype=np.int64), runs)
+        starts = np.cumsum(runs) - runs  # each part's first task
+        j = np.arange(len(index), dtype=np.int64) - np.repeat(starts, runs)
+        k, g, b = runs[index], groups[index], size[index]
+        first, end = g * j // k, g * (j + 1) // k
+        nbytes = b * (end - first) // g
         # Largest first, so the big tasks run early and small ones fill in at the end.
-        return sorted(tasks, key=lambda t: (-t["bytes"], t["index"], t["first"]))
+        order = np.lexsort((first, index, -nbytes))
+        names = pa.array([f["name"] for f in self.files], pa.string())
+        return pa.table({"index": index[order], "name": names.take(index[order]), "first": first[order],
+                         "end": end[order], "groups": g[order], "bytes": nbytes[order]})
 
     def read(self, *, with_file: bool = False, transform: Callable | None = None,
              transform_kwargs: dict[str, Any] | None = None) -> Any:
@@ -271,11 +282,11 @@ class Parts:
         import ray
 
         tasks = self.tasks()
-        if not tasks:
+        if not tasks.num_rows:
             return ray.data.from_items([])
-        from pipelines.engine.raydata import task_items
+        from pipelines.engine.raydata import task_table
 
-        return task_items(tasks).map_batches(
+        return task_table(tasks).map_batches(
             _read_tasks, batch_size=1, batch_format="pyarrow",
             fn_kwargs={"folder": self.folder, "with_file": with_file, "transform": transform,
                        "transform_kwargs": transform_kwargs or {}})
@@ -294,7 +305,9 @@ def read_task(folder: str, task: dict[str, Any]) -> pa.Table:
 
 def _read_tasks(batch: pa.Table, *, folder: str, with_file: bool, transform: Callable | None,
                 transform_kwargs: dict[str, Any]) -> Iterator[pa.Table]:
-    for task in batch.to_pylist():
+    from pipelines.engine.raydata import tasks_of
+
+    for task in tasks_of(batch):
         table = read_task(folder, task)
         if with_file:
             table = table.append_column(FILE_COLUMN, pa.array(np.full(table.num_rows, task["index"], np.int64)))

@@ -18,8 +18,9 @@
 * ``quiet_ray_data_console`` and ``drop_stale_no_cpu_warning``: Ray Data's console shows warnings
   and errors, not three lines per execution, and not its false "no available CPUs ... will hang"
   warning on our own local Ray (``ELECTRA_PROGRESS`` brings the lines and the bars back).
-* ``task_items``: a list of read tasks as a Dataset of a bounded number of blocks (the driver's
-  cost grows with its blocks, not with the data).
+* ``task_blocks``, ``task_items``, ``task_table``: read tasks (a list, or a table) as a Dataset
+  of a bounded number of blocks (the driver's cost grows with its blocks, and they follow the
+  cluster, with a capped floor from the data).
 * ``partitions_for``: shuffle partition counts from the data size (with a fixed floor), never
   from the CPUs present at start. An autoscaling cluster whose head has 0 CPUs would otherwise get the minimum, and a
   small corpus on a big cluster hundreds of empty partitions.
@@ -166,25 +167,26 @@ def drop_stale_no_cpu_warning() -> None:
 
 
 # Blocks of a list of read tasks: TASK_BLOCKS_PER_CPU per CPU of the cluster, at least
-# MIN_TASK_BLOCKS, and at least one per TASKS_PER_BLOCK tasks (never more blocks than tasks).
-# Ray Data keeps state for every block of a Dataset on the driver (references, metadata,
-# statistics: tens of KB each), so one block per read task made the driver grow with the data at
-# that rate; grouping the tasks divides it by up to TASKS_PER_BLOCK. The last floor is for
-# autoscaling clusters, whose CPUs at the start (a head with none) say nothing of the CPUs the
-# stage will run on: a big stage still gets enough blocks to use them. The corpus does not
-# depend on the grouping (documents are keyed by their own ids, examples packed per document,
-# shards sorted); the parts in between, and the rejected/ files, are cut per block, so their
-# names and number do.
+# MIN_TASK_BLOCKS, and at least one per TASKS_PER_BLOCK tasks up to MAX_DATA_BLOCKS (never more
+# blocks than tasks). Ray Data keeps state for every block of a Dataset on the driver for the
+# whole execution (references, metadata, statistics: ~66 KB a block, measured), so the blocks,
+# not the tasks, are what the driver pays for. The data's floor is for autoscaling clusters,
+# whose CPUs at the start (a head with none) say nothing of the CPUs the stage will run on: a big
+# stage still gets enough blocks to use them; its cap keeps the driver's share bounded at any
+# data size (beyond it a block's task reads more tasks one after another; the CPU term still
+# follows a big cluster). The corpus does not depend on the grouping (documents are keyed by
+# their own ids, examples packed per document, shards sorted); the parts in between, and the
+# rejected/ files, are cut per block, so their names and number do.
 TASK_BLOCKS_PER_CPU = 4
 MIN_TASK_BLOCKS = 16
 TASKS_PER_BLOCK = 32
+MAX_DATA_BLOCKS = 1024
 
 
-def task_items(tasks: list[dict], *, cpus: int | None = None) -> Any:
-    """``tasks`` as a Ray Dataset of ``min(len(tasks), max(MIN_TASK_BLOCKS, TASK_BLOCKS_PER_CPU x
-    CPUs, len(tasks) / TASKS_PER_BLOCK))`` blocks, task ``i`` in block ``i mod blocks`` (tasks come largest first, so each block
-    gets a share of large and small ones). One item per task; a block's tasks run one after
-    another in the task that reads the block."""
+def task_blocks(tasks: int, *, cpus: int | None = None) -> int:
+    """Blocks for ``tasks`` read tasks: ``min(tasks, max(MIN_TASK_BLOCKS, TASK_BLOCKS_PER_CPU x
+    CPUs, min(tasks / TASKS_PER_BLOCK, MAX_DATA_BLOCKS)))``, at least 1; ``cpus`` defaults to the
+    running cluster's."""
     import ray
 
     if cpus is None:
@@ -192,11 +194,54 @@ def task_items(tasks: list[dict], *, cpus: int | None = None) -> Any:
             cpus = int(ray.cluster_resources().get("CPU", 0))
         except Exception:  # noqa: BLE001 (no cluster view: the floor applies)
             cpus = 0
-    k = max(1, min(len(tasks), max(MIN_TASK_BLOCKS, TASK_BLOCKS_PER_CPU * cpus, -(-len(tasks) // TASKS_PER_BLOCK))))
+    by_data = min(-(-tasks // TASKS_PER_BLOCK), MAX_DATA_BLOCKS)
+    return max(1, min(tasks, max(MIN_TASK_BLOCKS, TASK_BLOCKS_PER_CPU * cpus, by_data)))
+
+
+def task_items(tasks: list[dict], *, cpus: int | None = None) -> Any:
+    """``tasks`` as a Ray Dataset of ``task_blocks(len(tasks))`` blocks, task ``i`` in block ``i
+    mod blocks`` (tasks come largest first, so each block gets a share of large and small ones).
+    One item per task; a block's tasks run one after another in the task that reads the block."""
+    import ray
+
+    k = task_blocks(len(tasks), cpus=cpus)
     # from_items cuts its list into k contiguous runs, the first len % k one longer: lay the
     # tasks out so that run b holds tasks b, b + k, b + 2k, ...
     ordered = [t for b in range(k) for t in tasks[b::k]]
     return ray.data.from_items(ordered, override_num_blocks=k)
+
+
+def task_table(tasks: Any, *, cpus: int | None = None) -> Any:
+    """A table of read tasks (a ``pyarrow.Table``, one row per task, largest first) as a Ray
+    Dataset of ``task_blocks(rows)`` one-row blocks, block ``b`` holding rows ``b, b + k, ...``
+    as one Arrow IPC stream in its column ``tasks`` (``tasks_of`` reads it back): the layout of
+    ``task_items`` without a Python object per task on the driver. (``ray.data.from_arrow`` with a
+    table per block cost the driver ~60 KB a block, measured: each is put in the object store
+    apart; a block of ``from_items`` is one small object.)"""
+    import numpy as np
+    import pyarrow as pa
+    import ray
+
+    k = task_blocks(tasks.num_rows, cpus=cpus)
+    order = np.arange(tasks.num_rows)
+    streams = []
+    for b in range(k):
+        sink = pa.BufferOutputStream()
+        part = tasks.take(order[b::k])
+        with pa.ipc.new_stream(sink, part.schema) as writer:
+            writer.write_table(part)
+        streams.append({"tasks": sink.getvalue().to_pybytes()})
+    return ray.data.from_items(streams, override_num_blocks=k)
+
+
+def tasks_of(batch: Any) -> list[dict[str, Any]]:
+    """The read tasks in a batch of ``task_table``'s blocks, as dicts, in their order."""
+    import pyarrow as pa
+
+    out: list[dict[str, Any]] = []
+    for blob in batch.column("tasks").to_pylist():
+        out += pa.ipc.open_stream(blob).read_all().to_pylist()
+    return out
 
 
 def partitions_for(num_bytes: int, *, partition_bytes: int = PARTITION_BYTES) -> int:

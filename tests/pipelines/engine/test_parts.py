@@ -178,3 +178,51 @@ def test_row_groups_are_bounded_by_bytes_so_whole_books_split_into_read_tasks():
     small = pa.table({"uid": list(range(5000)), "text": ["short text"] * 5000})
     meta = pq.ParquetFile(io.BytesIO(parts.parquet_bytes(small))).metadata
     assert [meta.row_group(i).num_rows for i in range(meta.num_row_groups)] == [2048, 2048, 904]
+
+
+def _reference_plan(files: list[dict]) -> list[dict]:
+    """The read plan written out part by part (the rule in ``Parts.tasks``' docstring)."""
+    total = sum(f["bytes"] for f in files)
+    target = max(1, min(parts.READ_TASK_BYTES, -(-total // parts.MIN_READ_TASKS)))
+    tasks = []
+    for index, f in enumerate(files):
+        groups = max(1, f["row_groups"])
+        k = max(1, min(groups, -(-f["bytes"] // target)))
+        for j in range(k):
+            a, b = groups * j // k, groups * (j + 1) // k
+            tasks.append({"index": index, "name": f["name"], "first": a, "end": b, "groups": groups,
+                          "bytes": f["bytes"] * (b - a) // groups})
+    return sorted(tasks, key=lambda t: (-t["bytes"], t["index"], t["first"]))
+
+
+def test_read_plan_cuts_parts_into_runs_of_row_groups_largest_first():
+    rng = np.random.default_rng(7)
+    for total_mb, n in ((1, 5), (200, 40), (5000, 300)):  # below MIN_READ_TASKS x the target, and far above
+        sizes = rng.integers(0, 2 * total_mb * (1 << 20) // n, n)
+        files = [{"name": f"part-{i:03d}.parquet", "rows": 10, "bytes": int(s), "row_groups": int(g)}
+                 for i, (s, g) in enumerate(zip(sizes, rng.integers(1, 64, n)))]
+        plan = parts.Parts("x", tuple(files)).tasks()
+        assert plan.to_pylist() == _reference_plan(files)
+        covered = sorted((t["index"], t["first"], t["end"]) for t in plan.to_pylist())
+        runs = {}
+        for index, first, end in covered:  # each part's row groups exactly once, in runs
+            assert first == runs.get(index, 0) and end > first
+            runs[index] = end
+        assert runs == {i: max(1, f["row_groups"]) for i, f in enumerate(files)}
+    assert parts.Parts("x", ()).tasks().num_rows == 0
+
+
+def test_parts_split_into_many_tasks_read_every_row_once(ray_local, tmp_path, monkeypatch):
+    """Tasks of one part in different blocks, several blocks per part: every row once, with its
+    part's index."""
+    monkeypatch.setattr(parts, "ROW_GROUP_ROWS", 7)
+    monkeypatch.setattr(parts, "READ_TASK_BYTES", 300)
+    rows = [r for r in _docs(400) if r["reason"] == ""]
+    files = [parts.write_parquet(str(tmp_path), f"part-{i}.parquet", pa.Table.from_pylist(rows[i::3]))
+             for i in range(3)]  # written here, where the row groups are patched small
+    listed = parts.Parts(str(tmp_path), tuple(files))
+    assert min(f["row_groups"] for f in files) >= 9 and listed.tasks().num_rows > 3 * len(files)
+    back = listed.read(with_file=True).take_all()
+    assert sorted(r["uid"] for r in back) == [r["uid"] for r in rows]
+    for index in range(3):
+        assert sorted(r["uid"] for r in back if r["_file"] == index) == sorted(r["uid"] for r in rows[index::3])
