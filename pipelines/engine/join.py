@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 import pyarrow as pa
 
-from pipelines.engine.shuffle import TASK_MEMORY_BYTES, Coalesced, Shuffled, read_range
+from pipelines.engine.shuffle import TASK_MEMORY_BYTES, Coalesced, Shuffled, range_tasks, read_range
 
 
 def _aligned(left: Shuffled, right: Shuffled) -> None:
@@ -67,15 +67,8 @@ def join(left: Shuffled, right: Shuffled, fn: Callable, *, ranges: Sequence[int]
     """A Dataset of ``fn(left rows, right rows)`` (pyarrow tables, None for a side without rows)
     over every partition of ``ranges`` (all by default) non-empty on either side (lazy); one Ray
     task per range. Raises ``ValueError`` at once if the two are partitioned differently."""
-    import ray
-
     _aligned(left, right)
-    ranges = list(range(left.ranges)) if ranges is None else [int(r) for r in ranges]
-    bad = [r for r in ranges if not 0 <= r < left.ranges]
-    if bad:
-        raise IndexError(f"range {bad[0]} of a {left.ranges}-range shuffle")
-    tasks = [{"r": r} for r in ranges]
-    return ray.data.from_items(tasks, override_num_blocks=max(1, len(tasks))).map_batches(
+    return range_tasks(left, ranges).map_batches(
         _join_batch, batch_size=1, batch_format="numpy",
         fn_kwargs={"left": left, "right": right, "fn": fn, "fn_kwargs": fn_kwargs or {},
                    "memory_bytes": memory_bytes})

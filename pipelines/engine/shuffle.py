@@ -369,16 +369,23 @@ def reduce(shuffled: Shuffled, fn: Callable, *, fn_kwargs: dict | None = None, b
     None). One Ray task per range of the shuffle (of ``ranges`` only, if given), one call per
     partition.
     """
-    import ray
-
-    ranges = range(shuffled.ranges) if ranges is None else ranges
-    tasks = [{"r": int(r)} for r in ranges]
-    if any(not 0 <= t["r"] < shuffled.ranges for t in tasks):
-        raise IndexError(f"ranges {list(ranges)} of a {shuffled.ranges}-range shuffle")
-    return ray.data.from_items(tasks, override_num_blocks=max(1, len(tasks))).map_batches(
+    return range_tasks(shuffled, ranges).map_batches(
         _reduce_batch, batch_size=1, batch_format="numpy",
         fn_kwargs={"shuffled": shuffled, "fn": fn, "fn_kwargs": fn_kwargs or {}, "batch_format": batch_format,
                    "with_partition": with_partition, "memory_bytes": memory_bytes})
+
+
+def range_tasks(shuffled: Shuffled, ranges: Sequence[int] | None = None) -> Any:
+    """A Dataset of one row ``{"r": range}`` per range of ``shuffled`` (of ``ranges`` only, if
+    given), one block each: what a reduce side runs over. Raises ``IndexError`` naming the ranges
+    when any is outside the shuffle."""
+    import ray
+
+    ranges = list(range(shuffled.ranges)) if ranges is None else [int(r) for r in ranges]
+    bad = [r for r in ranges if not 0 <= r < shuffled.ranges]
+    if bad:
+        raise IndexError(f"ranges {bad} of a {shuffled.ranges}-range shuffle")
+    return ray.data.from_items([{"r": r} for r in ranges], override_num_blocks=max(1, len(ranges)))
 
 
 def _keyed(batch: pa.Table, *, key: str, partitions: int) -> pa.Table:

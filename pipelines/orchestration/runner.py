@@ -20,8 +20,9 @@ folder emptied, and the stage runs again, up to ``attempts`` times in all; any o
 
 Planning. A stage runs when it has no marker, or when a stage that must run needs its data and
 that data was pruned. Pruning: once every consumer of a stage has finished, its data parts are
-deleted and its marker says so (``pruned``); the statistics and the quarantine stay. The
-output's footprint is then the product (tokenizer, shards, compressed quarantine) plus markers.
+deleted and its marker says so (``pruned``) and no longer lists them; the statistics and the
+quarantine stay. The output's footprint is then the product (tokenizer, shards, compressed
+quarantine) plus markers.
 ``keep_cache`` keeps every stage's data, so a rerun with, say, another ``pack`` config starts
 at ``pack``; without it such a rerun starts at ingest. A rerun of a finished build with the same
 config and sources is a no-op (the manifest's ``build_key`` matches).
@@ -197,7 +198,9 @@ class CorpusBuild:
                 continue
             if all(self.result(c) is not None for c in self.consumers(i)):
                 if not r.pruned:  # the flag first: a kill now leaves garbage, not a false promise
-                    self._save(dataclasses.replace(r, pruned=True))
+                    # nor the list of what is deleted: a 10 TB stage's parts are ~300,000 records
+                    # the driver would otherwise keep, for every stage, to the end of the build
+                    self._save(dataclasses.replace(r, pruned=True, files=[]))
                 storage.remove(storage.join(self.cache(i), "data"), recursive=True)
 
     def publish(self) -> schema.Manifest:

@@ -74,7 +74,7 @@ def test_shuffles_partitioned_differently_do_not_join(ray_local, tmp_path):
         jn.join(a, b, _pairs)
     with pytest.raises(ValueError, match=r"partitioned differently"):
         list(jn.join_range(a, b, 0))
-    with pytest.raises(IndexError, match=r"range 4 of a 4-range shuffle"):
+    with pytest.raises(IndexError, match=r"ranges \[4\] of a 4-range shuffle"):
         jn.join(a, a, _pairs, ranges=[0, 4])
     assert jn.join(a, a, _pairs, ranges=[]).take_all() == []
     with pytest.raises(IndexError, match=r"ranges \[5\] of a 4-range shuffle"):

@@ -100,8 +100,11 @@ def test_finished_build_is_a_noop_with_stats_and_only_markers_left(raw, clean):
     left = storage.find(str(out / schema.WORK_DIR))
     assert left and all(p.endswith("_SUCCESS") for p in left), left
     assert {Path(p).parent.name.split("-")[0] for p in left} == set(ORDER)
-    assert all(json.loads((out / schema.WORK_DIR / p).read_text())["pruned"]
-               for p in left if p.split("-")[0] in ("ingest", "filter", "exact_dedup", "near_dedup", "pack"))
+    pruned = [json.loads((out / schema.WORK_DIR / p).read_text())
+              for p in left if p.split("-")[0] in ("ingest", "filter", "exact_dedup", "near_dedup", "pack")]
+    # a pruned marker keeps its statistics and quarantine, and no longer lists the deleted parts
+    assert len(pruned) == 5 and all(m["pruned"] and m["files"] == [] and m["stats"] for m in pruned)
+    assert all(m["rejected"] for m in pruned if m["name"] != "pack")
     assert verified_shards(out, manifest) == sum(s.num_examples for s in manifest.splits.values())
 
 
