@@ -40,8 +40,12 @@ def served(tmp_path_factory):
     env.pop("ELECTRA_SQUAD_DIR", None)
     log_path = tmp / "serve.log"
     log = open(log_path, "w")
+    # SIGINT at its default in the script, as in a terminal: a test run started in the background
+    # (``cmd &``, nohup) ignores it and passes that on, and bash cannot trap a signal ignored on
+    # entry, so Ctrl-C below would be lost and the teardown wait its full minute.
     serve = subprocess.Popen(["bash", "infra/serve.sh"], cwd=ROOT, env=env, stdout=log,
-                             stderr=subprocess.STDOUT, start_new_session=True)
+                             stderr=subprocess.STDOUT, start_new_session=True,
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.time() + 300
         while "serving deployments" not in log_path.read_text():
