@@ -93,10 +93,18 @@ def summary_row(**fields: Any) -> dict[str, np.ndarray]:
     return {"summary": np.array([json.dumps(fields)], dtype=object)}
 
 
-def run_writers(ds: Any, fn: Callable, **kwargs: Any) -> list[dict[str, Any]]:
-    """Run ``fn`` (a pyarrow block -> ``summary_row``) over every block of ``ds``; the summaries."""
-    rows = ds.map_batches(fn, batch_format="pyarrow", batch_size=None, fn_kwargs=kwargs).take_all()
-    return [json.loads(r["summary"]) for r in rows]
+# Summaries handed to the caller per batch: the driver parses them as they arrive instead of
+# holding every block's JSON and its parsed copy at once (as ``take_all`` and a parse did).
+SUMMARY_BATCH = 1024
+
+
+def run_writers(ds: Any, fn: Callable, **kwargs: Any) -> Iterator[dict[str, Any]]:
+    """Run ``fn`` (a pyarrow block -> ``summary_row``) over every block of ``ds``; yields the
+    summaries as they arrive (consume them all: the pass runs as they are taken)."""
+    out = ds.map_batches(fn, batch_format="pyarrow", batch_size=None, fn_kwargs=kwargs)
+    for batch in out.iter_batches(batch_size=SUMMARY_BATCH, batch_format="pyarrow"):
+        for summary in batch.column("summary").to_pylist():
+            yield json.loads(summary)
 
 
 # ------------------------------------------------------------------------------ documents
