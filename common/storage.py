@@ -269,9 +269,12 @@ def find(uri: str) -> list[str]:
 def lists_by_prefix(uri: str) -> bool:
     """Whether ``uri``'s store narrows a listing to a key prefix on its side (S3, GCS: one
     request per page of matching keys), so that a folder can be listed a slice at a time."""
+    return _lists_by_prefix(url_to_fs(uri)[0])
+
+
+def _lists_by_prefix(fs: fsspec.AbstractFileSystem) -> bool:
     import inspect
 
-    fs, _ = url_to_fs(uri)
     return "prefix" in inspect.signature(getattr(type(fs), "_find", type(fs).find)).parameters
 
 
@@ -282,7 +285,7 @@ def list_sizes(uri: str, prefix: str = "") -> dict[str, int]:
     ``lists_by_prefix``, else filtered here)."""
     fs, path = url_to_fs(uri)
     root = path.rstrip("/")
-    narrowed = bool(prefix) and lists_by_prefix(uri)
+    narrowed = bool(prefix) and _lists_by_prefix(fs)
 
     def attempt():
         try:

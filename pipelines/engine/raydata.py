@@ -18,8 +18,8 @@
 * ``quiet_ray_data_console`` and ``drop_stale_no_cpu_warning``: Ray Data's console shows warnings
   and errors, not three lines per execution, and not its false "no available CPUs ... will hang"
   warning on our own local Ray (``ELECTRA_PROGRESS`` brings the lines and the bars back).
-* ``task_blocks``, ``task_items``, ``task_table``: read tasks (a list, or a table) as a Dataset
-  of a bounded number of blocks (the driver's cost grows with its blocks, and they follow the
+* ``task_blocks``, ``task_table``, ``tasks_of``: read tasks (a table) as a Dataset of a bounded
+  number of blocks (the driver's cost grows with its blocks, and they follow the
   cluster, with a capped floor from the data).
 * ``partitions_for``: shuffle partition counts from the data size (with a fixed floor), never
   from the CPUs present at start. An autoscaling cluster whose head has 0 CPUs would otherwise get the minimum, and a
@@ -198,36 +198,23 @@ def task_blocks(tasks: int, *, cpus: int | None = None) -> int:
     return max(1, min(tasks, max(MIN_TASK_BLOCKS, TASK_BLOCKS_PER_CPU * cpus, by_data)))
 
 
-def task_items(tasks: list[dict], *, cpus: int | None = None) -> Any:
-    """``tasks`` as a Ray Dataset of ``task_blocks(len(tasks))`` blocks, task ``i`` in block ``i
-    mod blocks`` (tasks come largest first, so each block gets a share of large and small ones).
-    One item per task; a block's tasks run one after another in the task that reads the block."""
-    import ray
-
-    k = task_blocks(len(tasks), cpus=cpus)
-    # from_items cuts its list into k contiguous runs, the first len % k one longer: lay the
-    # tasks out so that run b holds tasks b, b + k, b + 2k, ...
-    ordered = [t for b in range(k) for t in tasks[b::k]]
-    return ray.data.from_items(ordered, override_num_blocks=k)
-
-
 def task_table(tasks: Any, *, cpus: int | None = None) -> Any:
     """A table of read tasks (a ``pyarrow.Table``, one row per task, largest first) as a Ray
     Dataset of ``task_blocks(rows)`` one-row blocks, block ``b`` holding rows ``b, b + k, ...``
-    as one Arrow IPC stream in its column ``tasks`` (``tasks_of`` reads it back): the layout of
-    ``task_items`` without a Python object per task on the driver. (``ray.data.from_arrow`` with a
-    table per block cost the driver ~60 KB a block, measured: each is put in the object store
-    apart; a block of ``from_items`` is one small object.)"""
+    (each block a share of large and small tasks, run one after another by the task that reads
+    the block) as one Arrow IPC stream in its column ``tasks`` (``tasks_of`` reads it back): no
+    Python object per task on the driver. (``ray.data.from_arrow`` with a table per block cost the
+    driver ~60 KB a block, measured: each is put in the object store apart; a block of
+    ``from_items`` is one small object.)"""
     import numpy as np
     import pyarrow as pa
     import ray
 
     k = task_blocks(tasks.num_rows, cpus=cpus)
-    order = np.arange(tasks.num_rows)
     streams = []
     for b in range(k):
         sink = pa.BufferOutputStream()
-        part = tasks.take(order[b::k])
+        part = tasks.take(np.arange(b, tasks.num_rows, k))
         with pa.ipc.new_stream(sink, part.schema) as writer:
             writer.write_table(part)
         streams.append({"tasks": sink.getvalue().to_pybytes()})

@@ -29,7 +29,7 @@ tasks read the first bytes and stop). Every task carries the listed size, and it
 """
 from __future__ import annotations
 
-from typing import Iterator, NamedTuple
+from typing import Any, Iterator, NamedTuple
 
 import numpy as np
 
@@ -76,11 +76,13 @@ def plan_reads(sources: Sources, cfg: IngestConfig, *, split_bytes: int | None =
     return tasks
 
 
-def _read_tasks(batch: dict[str, np.ndarray], cfg: IngestConfig) -> Iterator[dict[str, np.ndarray]]:
-    for path, name, start, end, size in zip(batch["path"], batch["name"], batch["start"], batch["end"],
-                                            batch["size"]):
-        yield from read_documents(str(path), cfg, start=int(start), end=None if int(end) < 0 else int(end),
-                                  name=str(name), size=None if int(size) < 0 else int(size))
+def _read_tasks(batch: Any, cfg: IngestConfig) -> Iterator[dict[str, np.ndarray]]:
+    from pipelines.engine.raydata import tasks_of
+
+    for t in tasks_of(batch):
+        yield from read_documents(str(t["path"]), cfg, start=int(t["start"]),
+                                  end=None if int(t["end"]) < 0 else int(t["end"]), name=str(t["name"]),
+                                  size=None if int(t["size"]) < 0 else int(t["size"]))
 
 
 def ingest_dataset(sources: Sources, cfg: IngestConfig, *, split_bytes: int | None = SPLIT_BYTES,
@@ -99,7 +101,9 @@ def ingest_dataset(sources: Sources, cfg: IngestConfig, *, split_bytes: int | No
     _check_config(cfg)
     if tasks is None:
         tasks = plan_reads(sources, cfg, split_bytes=split_bytes)
-    from pipelines.engine.raydata import task_items
+    import pyarrow as pa
 
-    ds = task_items([t._asdict() for t in tasks])
-    return ds.map_batches(_read_tasks, fn_kwargs={"cfg": cfg}, batch_size=1, batch_format="numpy")
+    from pipelines.engine.raydata import task_table
+
+    ds = task_table(pa.Table.from_pylist([t._asdict() for t in tasks]))
+    return ds.map_batches(_read_tasks, fn_kwargs={"cfg": cfg}, batch_size=1, batch_format="pyarrow")

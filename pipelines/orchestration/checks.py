@@ -42,17 +42,19 @@ LIST_GROUP = 10_000
 def listing_groups(names: list[str], limit: int = LIST_GROUP) -> dict[str, list[str]]:
     """``names`` grouped by their first ``c + l`` characters (``c``: the length of their common
     prefix), ``l`` the smallest with no group over ``limit`` names (a group of one name never is):
-    disjoint prefixes, so listing each group's prefix lists every object once."""
+    prefixes of one length, so listing each group's prefix lists every object once (unless a
+    name shorter than the prefixes begins another name: that listing also holds the other's)."""
+    names = sorted(names)
     if len(names) <= limit:
-        return {"": sorted(names)}
+        return {"": names}
     common = len(os.path.commonprefix(names))
     for extra in range(1, max(map(len, names)) - common + 1):
         groups: dict[str, list[str]] = {}
-        for name in sorted(names):
+        for name in names:
             groups.setdefault(name[:common + extra], []).append(name)
         if max(map(len, groups.values())) <= limit:
             return groups
-    return {name: [name] for name in sorted(names)}  # unreachable for distinct names
+    return {name: [name] for name in names}  # unreachable for distinct names
 
 
 def check_outputs(expected: dict[str, dict[str, int]]) -> int:

@@ -29,22 +29,21 @@ def test_read_tasks_go_into_a_bounded_number_of_blocks(ray_local):
     import pyarrow as pa
 
     from pipelines.engine.raydata import (MAX_DATA_BLOCKS, MIN_TASK_BLOCKS, TASK_BLOCKS_PER_CPU, TASKS_PER_BLOCK,
-                                          task_blocks, task_items, task_table, tasks_of)
+                                          task_blocks, task_table, tasks_of)
 
     # the cases below assume them
     assert (MIN_TASK_BLOCKS, TASK_BLOCKS_PER_CPU, TASKS_PER_BLOCK, MAX_DATA_BLOCKS) == (16, 4, 32, 1024)
     for n, cpus, blocks in [(5, 2, 5), (16, 2, 16), (300, 2, 16), (1000, 2, 32),  # ceil(1000 / 32)
                             (1000, 64, 64 * 4), (100, 64, 100), (20_000, 2, 625)]:
         assert task_blocks(n, cpus=cpus) == blocks
-        for ds, rows in ((task_items([{"i": i} for i in range(n)], cpus=cpus), lambda block: block.to_pylist()),
-                         (task_table(pa.table({"i": list(range(n))}), cpus=cpus), tasks_of)):
-            assert ds.num_blocks() == blocks
-            got = [[row["i"] for row in rows(block)]
-                   for block in ds.iter_batches(batch_size=None, batch_format="pyarrow")]
-            assert sorted(i for b in got for i in b) == list(range(n))  # every task once
-            if n > blocks:  # block b holds tasks b, b + k, ...: large (first) and small ones mixed
-                assert sorted(got, key=lambda b: b[0]) == [list(range(b, n, blocks)) for b in range(blocks)]
+        ds = task_table(pa.table({"i": list(range(n))}), cpus=cpus)
+        assert ds.num_blocks() == blocks
+        got = [[row["i"] for row in tasks_of(block)]
+               for block in ds.iter_batches(batch_size=None, batch_format="pyarrow")]
+        assert sorted(i for b in got for i in b) == list(range(n))  # every task once
+        if n > blocks:  # block b holds tasks b, b + k, ...: large (first) and small ones mixed
+            assert sorted(got, key=lambda b: b[0]) == [list(range(b, n, blocks)) for b in range(blocks)]
     # the data's floor stops at the cap (10 TB is ~300,000 read tasks); a big cluster's CPUs do not
     assert task_blocks(32 * 1024, cpus=2) == task_blocks(300_000, cpus=2) == task_blocks(10**9, cpus=0) == 1024
     assert task_blocks(300_000, cpus=1024) == 4096 and task_blocks(0, cpus=2) == 1
-    assert task_items([{"i": 0}]).num_blocks() == 1  # the CPUs of the running cluster by default
+    assert task_table(pa.table({"i": [0]})).num_blocks() == 1  # the CPUs of the running cluster by default
