@@ -120,7 +120,7 @@ class CountingProxy(S3Proxy):
 def rejected_parts(n: int):
     from pipelines import schema
 
-    return [schema.RejectedInfo("near_dedup" if i % 3 else "filter", f"rejected/near_dedup-0123456789abcdef/"
+    return [schema.RejectedInfo("near_dedup", f"rejected/near_dedup-0123456789abcdef/"
                                 f"part-{i:08d}-{i * 7919 % 10**6:06d}.jsonl.zst", 40 + i % 50, 9000 + i % 4000)
             for i in range(n)]
 
@@ -140,7 +140,7 @@ def write_corpora(work: Path, bucket: str, *, shards: int, rejected: int) -> dic
             manifest.save(loc)
         else:  # the previous format: written as format 2 wrote it
             d = manifest.to_dict()
-            d.pop("rejected_index")
+            d.pop("rejected_index"), d.pop("rejected_lists")
             d["format_version"], d["rejected"] = 2, [asdict(r) for r in manifest.rejected]
             from common import storage
 

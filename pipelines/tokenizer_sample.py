@@ -26,6 +26,7 @@ from common import storage
 from common.hashing import hash64, unit_float
 from pipelines import schema
 from pipelines.config import TokenizerConfig
+from pipelines.engine.part_list import PartListBuilder
 from pipelines.engine.parts import Parts, part_name, run_writers, summary_row, write_parquet
 
 _SLACK = 1.1  # over-sample by 10%, then trim by hash order to the exact byte bound
@@ -53,7 +54,10 @@ def write_sample(parts: Parts, *, max_bytes: int, seed: int, total_bytes: int, f
     rate = min(1.0, _SLACK * max_bytes / total)
     written = run_writers(parts.read().select_columns(["uid", "text"]), _select_block, seed=seed,
                           threshold=rate, folder=folder)
-    return Parts(folder, tuple(sorted((f for w in written for f in w["files"]), key=lambda f: f["name"])))
+    files = PartListBuilder()  # sorted by name
+    for w in written:
+        files.add(w["files"])
+    return Parts(folder, files.build())
 
 
 def chosen_texts(sample: Parts, max_bytes: int) -> list[str]:

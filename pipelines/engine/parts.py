@@ -16,9 +16,10 @@ A file's name is a hash of its rows' keys, so a retried task rewrites the same f
 adding a second copy. Every part is checked on the store right after it is written: its size
 (``storage.write_bytes``) and, for Parquet, the row count in the footer read back from the store,
 so a truncated or short object fails the task that wrote it, naming it. The files a stage
-produced are listed in its completion marker (``pipelines.orchestration.runner``) with their rows, bytes
-and row groups; readers open exactly those, never "whatever is in the folder", so the leftovers
-of a killed attempt are never read.
+produced are listed with their rows, bytes and row groups (a ``PartList``, built as the
+summaries arrive and stored beside the stage's completion marker: ``pipelines.engine.part_list``,
+``pipelines.orchestration.runner``); readers open exactly those, never "whatever is in the
+folder", so the leftovers of a killed attempt are never read.
 
 Reading (``Parts.read``) is planned from that list alone, with no call to the store: one read
 task per run of row groups of about ``READ_TASK_BYTES`` (at least ``MIN_READ_TASKS`` tasks when
@@ -41,6 +42,7 @@ import numpy as np
 import pyarrow as pa
 
 from common import storage
+from pipelines.engine.part_list import PartList, PartListBuilder
 
 ROW_GROUP_ROWS = 2048
 ROW_GROUP_BYTES = 4 << 20
@@ -179,17 +181,18 @@ def write_documents(ds: Any, *, data: str, rejected: str, prefix_chars: int,
                     full_text: bool) -> dict[str, Any]:
     """Run ``ds`` (document rows) to the end; kept rows to ``data``, dropped ones to ``rejected``.
 
-    Returns ``{"files": [...], "rejected": [...], "reasons": {reason: [documents, bytes]}}`` over
-    all blocks (reason ``""`` = kept), and ``"languages": {language: {"kept": n, "dropped": m}}``
+    Returns ``{"files": PartList, "rejected": PartList, "reasons": {reason: [documents, bytes]}}``
+    over all blocks (reason ``""`` = kept), and ``"languages": {language: {"kept": n, "dropped": m}}``
     when the rows carry the filter stage's ``language`` column (which is not written); the same
     for ``"encodings"`` and ingest's ``encoding`` column.
     """
     rows = run_writers(ds, _write_document_block, data=data, rejected=rejected, prefix_chars=prefix_chars,
-                full_text=full_text)
-    out: dict[str, Any] = {"files": [], "rejected": [], "reasons": {}}
+                       full_text=full_text)
+    files, quarantined = PartListBuilder(), PartListBuilder()  # columns, sorted by name
+    out: dict[str, Any] = {"reasons": {}}
     for r in rows:
-        out["files"] += r["files"]
-        out["rejected"] += r["rejected"]
+        files.add(r["files"])
+        quarantined.add(r["rejected"])
         for lang, counts in r.get("languages", {}).items():
             acc = out.setdefault("languages", {}).setdefault(lang, {"kept": 0, "dropped": 0})
             acc["kept"] += counts["kept"]
@@ -202,8 +205,7 @@ def write_documents(ds: Any, *, data: str, rejected: str, prefix_chars: int,
             acc = out["reasons"].setdefault(reason, [0, 0])
             acc[0] += n
             acc[1] += b
-    out["files"].sort(key=lambda f: f["name"])
-    out["rejected"].sort(key=lambda f: f["name"])
+    out["files"], out["rejected"] = files.build(), quarantined.build()
     return out
 
 
@@ -234,28 +236,31 @@ def write_examples(ds: Any, *, data: str, summarise: Callable[[pa.Table], dict[s
     """Run ``ds`` (example rows) to the end, writing parts to ``data``; per-split sums of
     ``summarise(block)`` (``{split: {name: number}}``) come back with the file list."""
     rows = run_writers(ds, _write_example_block, data=data, summarise=summarise)
-    files, splits = [], {}
+    files, splits = PartListBuilder(), {}
     for r in rows:
-        files += r["files"]
+        files.add(r["files"])
         for split, values in r["splits"].items():
             acc = splits.setdefault(split, {})
             for k, v in values.items():
                 acc[k] = acc.get(k, 0) + int(v)
-    return {"files": sorted(files, key=lambda f: f["name"]), "splits": dict(sorted(splits.items()))}
+    return {"files": files.build(), "splits": dict(sorted(splits.items()))}
 
 
 # ------------------------------------------------------------------------------ reading
 @dataclass(frozen=True)
 class Parts:
-    """The listed Parquet parts of a stage: ``files`` records as ``write_documents`` and
-    ``write_examples`` return them (name, rows, bytes, row_groups), in their listed order (a
+    """The listed Parquet parts of a stage: a ``PartList`` as ``write_documents`` and
+    ``write_examples`` return it (or records: name, rows, bytes, row_groups), in its order (a
     part's index in it is its ``_file``)."""
     folder: str
-    files: tuple[dict[str, Any], ...]
+    files: PartList
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "files", PartList.of(self.files))
 
     @property
     def rows(self) -> int:
-        return sum(int(f["rows"]) for f in self.files)
+        return self.files.rows
 
     def tasks(self) -> pa.Table:
         """Read tasks, one row each: ``index`` (the part's), ``name``, row groups ``[first, end)``
@@ -264,8 +269,8 @@ class Parts:
         equal count (``target`` = ``READ_TASK_BYTES``, smaller when that would give fewer than
         ``MIN_READ_TASKS`` tasks). Planned as arrays: tens of bytes a task on the driver."""
         n = len(self.files)
-        size = np.fromiter((int(f.get("bytes", 0)) for f in self.files), np.int64, n)
-        groups = np.fromiter((max(1, int(f.get("row_groups", 1))) for f in self.files), np.int64, n)
+        size = self.files.column("bytes") if n else np.zeros(0, np.int64)
+        groups = np.maximum(1, self.files.column("row_groups")) if n else np.zeros(0, np.int64)
         target = max(1, min(READ_TASK_BYTES, -(-int(size.sum()) // MIN_READ_TASKS)))
         runs = np.maximum(1, np.minimum(groups, -(-size // target)))
         index = np.repeat(np.arange(n, dtype=np.int64), runs)
@@ -276,7 +281,7 @@ class Parts:
         nbytes = b * (end - first) // g
         # Largest first, so the big tasks run early and small ones fill in at the end.
         order = np.lexsort((first, index, -nbytes))
-        names = pa.array([f["name"] for f in self.files], pa.string())
+        names = self.files.names
         return pa.table({"index": index[order], "name": names.take(index[order]), "first": first[order],
                          "end": end[order], "groups": g[order], "bytes": nbytes[order]})
 
@@ -324,6 +329,6 @@ def _read_tasks(batch: pa.Table, *, folder: str, with_file: bool, transform: Cal
         yield table
 
 
-def read_parts(folder: str, files: list[dict[str, Any]]) -> Any:
+def read_parts(folder: str, files: PartList | list[dict[str, Any]]) -> Any:
     """The listed Parquet parts of a stage as one Dataset (``Parts(folder, files).read()``)."""
-    return Parts(folder, tuple(files)).read()
+    return Parts(folder, PartList.of(files)).read()

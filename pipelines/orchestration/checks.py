@@ -23,6 +23,7 @@ from typing import Any
 
 from common import storage
 from common.retry import chain, ray_cause
+from pipelines.engine.part_list import PartList
 
 _RAY_TRANSIENT = ("WorkerCrashedError", "NodeDiedError", "ObjectLostError", "OwnerDiedError",
                   "ObjectReconstructionFailedError", "ObjectFetchTimedOutError", "RaySystemError",
@@ -101,11 +102,10 @@ def unwrapped(exc: BaseException) -> BaseException:
 def expected_outputs(corpus: str, cache: str, rejected: str, record: dict[str, Any]) -> dict[str, dict[str, int]]:
     """The objects a stage's record lists, by folder, with their sizes."""
     out: dict[str, dict[str, int]] = {}
-    for f in record.get("files", []):
-        if "bytes" in f:
-            out.setdefault(storage.join(cache, "data"), {})[f["name"]] = int(f["bytes"])
-    for f in record.get("rejected", []):
-        out.setdefault(rejected, {})[f["name"]] = int(f["bytes"])
+    for folder, listed in ((storage.join(cache, "data"), record.get("files")), (rejected, record.get("rejected"))):
+        if listed:
+            listed = PartList.of(listed)
+            out[folder] = dict(zip(listed.names.to_pylist(), listed.column("bytes").tolist()))
     for s in record.get("product", {}).get("shards", []):
         folder, _, name = s["path"].rpartition("/")
         out.setdefault(storage.join(corpus, folder), {})[name] = int(s["bytes"])

@@ -3,13 +3,13 @@
 Everything the manifest lists is already in place when it is written: the tokenizer in
 ``tokenizer/<key>/``, the shards in ``shards/<generation>/``, the quarantine in
 ``rejected/<stage>-<key>/``, each folder named by a key and never rewritten with other content,
-and the list of the quarantine's parts in ``rejected-<sha>.json`` (named by its content, written
-by ``Manifest.save`` just before the manifest; ``pipelines.schema``). Writing ``manifest.json``
+and each document stage's list of its quarantine parts in that folder (``_parts.arrow``, copied from
+the stage's folder, where the stage wrote it; ``pipelines.schema.rejected``). Writing ``manifest.json``
 (one atomic write on any store) is the commit: before it, readers see the previous corpus whole;
 after it, the new one whole.
 
-Then the folders and rejected-part lists that neither the new manifest nor the one it replaced
-names are deleted, so a reader that loaded the previous manifest a moment ago can still finish
+Then the folders (and format 3's rejected-part lists) that neither the new manifest nor the one
+it replaced names are deleted, so a reader that loaded the previous manifest a moment ago can still finish
 reading its files, and stage caches of other keys (earlier configs) go too unless ``keep_cache``. A kill during the
 clean-up leaves garbage that the next publish removes, never a corpus that is missing files.
 """
@@ -65,9 +65,8 @@ def manifest_of(build: CorpusBuild, results: dict[str, StageResult]) -> schema.M
         splits[split] = schema.SplitInfo(num_examples=examples, num_tokens=tokens,
                                          num_documents=documents.get(split, 0),
                                          fill=fill(tokens, examples, build.cfg.pack.seq_len))
-    rejected = [schema.RejectedInfo(stage=name, path=f"{rejected_folder(name, results[name].key)}/{f['name']}",
-                                    records=f["rows"], bytes=f["bytes"])
-                for name in DOCUMENT_STAGES for f in results[name].rejected]
+    rejected = [quarantine_list(build, name, results[name]) for name in DOCUMENT_STAGES
+                if results[name].rejected.parts]
     stats: dict[str, Any] = {name: r.stats for name, r in results.items()}
     stats["summary"] = summary(results)
     stats["sources"] = {"names": list(build.sources.names[:20]), "files": len(build.sources.files),
@@ -75,19 +74,29 @@ def manifest_of(build: CorpusBuild, results: dict[str, StageResult]) -> schema.M
     return schema.Manifest(seq_len=build.cfg.pack.seq_len,
                            tokenizer=schema.TokenizerInfo(**results["tokenizer"].product["tokenizer"]),
                            splits=splits, shards=shards, stats=stats, config=build.cfg.to_dict(),
-                           rejected=rejected, generation=results["shard"].key, build_key=build.build_key,
+                           rejected_lists=rejected, generation=results["shard"].key, build_key=build.build_key,
                            languages=results["filter"].stats.get("languages", {}),
                            warnings=list(results["filter"].stats.get("warnings", []))
                            + list(results["pack"].stats.get("warnings", [])),
                            decontamination=results["filter"].stats.get("decontamination", {}))
 
 
+def quarantine_list(build: CorpusBuild, name: str, result: StageResult) -> schema.RejectedList:
+    """Stage ``name``'s quarantine-part list, copied as it is (checked against its marker) from
+    the stage's folder into its quarantine folder, where the manifest names it: the driver never
+    holds more than one stage's list, as bytes."""
+    folder = rejected_folder(name, result.key)
+    data = result.rejected.read_checked(result.folder)
+    storage.write_bytes(storage.join(build.out, folder, schema.LIST_NAME), data)
+    return schema.rejected_list(name, folder, data)
+
+
 def publish(build: CorpusBuild, results: dict[str, StageResult]) -> schema.Manifest:
     manifest = manifest_of(build, results)
     for warning in manifest.warnings:
         log.warning("%s", warning)
-    try:
-        previous = schema.Manifest.load(build.out)
+    try:  # the manifest it replaces, without its parts (the sweep reads one folder's at a time)
+        previous = schema.Manifest.parse(schema.read_manifest_bytes(build.out), build.out)
     except (FileNotFoundError, ValueError) as exc:
         previous = None
         if not isinstance(exc, FileNotFoundError):
@@ -105,7 +114,6 @@ def _stage_of(top: str, name: str) -> str:
 def collect_garbage(build: CorpusBuild, keep: list[schema.Manifest]) -> list[str]:
     """Delete what no manifest in ``keep`` references; returns the deleted locations."""
     folders = set().union(*(m.referenced_folders() for m in keep))
-    files = {r.path for m in keep for r in m.rejected}
     lists = {m.rejected_index.path for m in keep if m.rejected_index is not None}
     removed = []
     for name in storage.listdir(build.out):  # rejected-part lists of superseded builds
@@ -123,8 +131,9 @@ def collect_garbage(build: CorpusBuild, keep: list[schema.Manifest]) -> list[str
                 storage.remove(storage.join(build.out, rel), recursive=True)
                 removed.append(rel)
             elif top == schema.REJECTED_DIR:  # parts a killed attempt left beside the listed ones
+                listed = {r.path for m in keep for r in schema.read_rejected(build.out, m, folder=rel)}
                 for part in storage.listdir(storage.join(build.out, rel)):
-                    if f"{rel}/{part}" not in files:
+                    if f"{rel}/{part}" not in listed and part != schema.LIST_NAME:
                         storage.remove(storage.join(build.out, rel, part))
                         removed.append(f"{rel}/{part}")
     if not build.keep_cache:

@@ -7,8 +7,12 @@ shape the output, never on outputs (``pipelines.orchestration.stages``).
 
 Completion markers. Stage ``s`` with key ``k`` keeps its private files in ``.work/s-k/`` of the
 output location; ``.work/s-k/_SUCCESS`` is written last and records the stage's statistics and
-the exact files it produced (``StageResult``), after every one of them was found on the store
-with the size the stage wrote (``checks.check_outputs``: one listing per folder). A stage whose
+names the lists of the exact files it produced (``StageResult``), after every one of them was
+found on the store with the size the stage wrote (``checks.check_outputs``: one listing per
+folder). The lists are files beside the marker (``_files.arrow``, ``_rejected.arrow``;
+``pipelines.engine.part_list``), written just before it: the runner keeps every stage's marker
+loaded, and a marker stays a few hundred bytes at any number of parts; a list is loaded by the
+stage that reads those parts, for as long as it runs, and by the publish. A stage whose
 marker is missing is run from scratch: its folder is emptied first, so the leftovers of a killed
 attempt are never read. On an object store nothing is renamed; the marker, one atomic write, is
 the commit.
@@ -20,8 +24,8 @@ folder emptied, and the stage runs again, up to ``attempts`` times in all; any o
 
 Planning. A stage runs when it has no marker, or when a stage that must run needs its data and
 that data was pruned. Pruning: once every consumer of a stage has finished, its data parts are
-deleted and its marker says so (``pruned``) and no longer lists them; the statistics and the
-quarantine stay. The output's footprint is then the product (tokenizer, shards, compressed
+deleted with their list and its marker says so (``pruned``) and no longer names them; the
+statistics and the quarantine stay. The output's footprint is then the product (tokenizer, shards, compressed
 quarantine) plus markers.
 ``keep_cache`` keeps every stage's data, so a rerun with, say, another ``pack`` config starts
 at ``pack``; without it such a rerun starts at ingest. A rerun of a finished build with the same
@@ -48,8 +52,9 @@ from pipelines.corpus_job import CorpusJob
 from pipelines.ingest import Sources, resolve_sources
 from pipelines.orchestration.checks import check_outputs, expected_outputs, transient, unwrapped
 from pipelines.orchestration.progress import Progress
-from pipelines.orchestration.stages import (CODE_VERSION, LIBRARIES, STAGES, Stage, StageResult, StageRun,
-                                     filter_fingerprint, tokenizer_fingerprint)
+from pipelines.engine.part_list import PartList, StoredParts
+from pipelines.orchestration.stages import (CODE_VERSION, FILES_LIST, LIBRARIES, REJECTED_LIST, STAGES, Stage,
+                                            StageResult, StageRun, filter_fingerprint, tokenizer_fingerprint)
 
 log = logging.getLogger("pipelines.orchestration.runner")
 SUCCESS = "_SUCCESS"
@@ -98,20 +103,24 @@ class CorpusBuild:
         if name not in self._results:
             uri = storage.join(self.cache(name), SUCCESS)
             try:
-                self._results[name] = StageResult(**json.loads(storage.read_bytes(uri)))
-            except (storage.MissingObject, json.JSONDecodeError, UnicodeDecodeError):
-                # No marker, or a torn one: the stage has not finished. Any other error (access
-                # denied, the store unavailable) is raised: it says nothing about the stage.
+                self._results[name] = StageResult.from_marker(json.loads(storage.read_bytes(uri)),
+                                                              self.cache(name))
+            except (storage.MissingObject, json.JSONDecodeError, UnicodeDecodeError, TypeError, KeyError):
+                # No marker, a torn one or one of another format: the stage has not finished. Any
+                # other error (access denied, the store unavailable) is raised: it says nothing
+                # about the stage.
                 self._results[name] = None
         return self._results[name]
 
     def _save(self, result: StageResult) -> None:
-        storage.write_json(storage.join(self.cache(result.name), SUCCESS), dataclasses.asdict(result))
+        storage.write_json(storage.join(self.cache(result.name), SUCCESS), result.marker())
         self._results[result.name] = result
 
     def published(self) -> schema.Manifest | None:
+        """The published manifest when it is this build's (without its rejected parts, which
+        ``schema.Manifest.load`` reads)."""
         try:
-            manifest = schema.Manifest.load(self.out)
+            manifest = schema.Manifest.parse(schema.read_manifest_bytes(self.out), self.out)
         except (FileNotFoundError, ValueError):
             return None
         return manifest if manifest.build_key == self.build_key else None
@@ -181,8 +190,15 @@ class CorpusBuild:
         stats["attempts"] = attempt
         stats.setdefault("read_tasks", sum(len(run.parts(i).tasks()) for i in stage.inputs
                                            if self.stages[i].cached_data))
-        result = StageResult(name=name, key=key, stats=stats, files=record.get("files", []),
-                             rejected=record.get("rejected", []), product=record.get("product", {}))
+        del run  # its inputs' part lists: the driver holds none between stages
+        # The part lists beside the marker, which names them (with their sha256): written after
+        # the outputs were checked, before the marker that commits them.
+        folder = self.cache(name)
+        files = StoredParts.save(folder, FILES_LIST, PartList.of(record.get("files", [])))
+        rejected = StoredParts.save(folder, REJECTED_LIST, PartList.of(record.get("rejected", [])))
+        record.pop("files", None), record.pop("rejected", None)
+        result = StageResult(name=name, key=key, stats=stats, files=files, rejected=rejected,
+                             product=record.get("product", {}), folder=folder)
         self._save(result)
         _log(result)
         self._prune_consumed(stage)
@@ -198,10 +214,9 @@ class CorpusBuild:
                 continue
             if all(self.result(c) is not None for c in self.consumers(i)):
                 if not r.pruned:  # the flag first: a kill now leaves garbage, not a false promise
-                    # nor the list of what is deleted: a 10 TB stage's parts are ~300,000 records
-                    # the driver would otherwise keep, for every stage, to the end of the build
-                    self._save(dataclasses.replace(r, pruned=True, files=[]))
+                    self._save(dataclasses.replace(r, pruned=True, files=StoredParts()))
                 storage.remove(storage.join(self.cache(i), "data"), recursive=True)
+                storage.remove(storage.join(self.cache(i), FILES_LIST))
 
     def publish(self) -> schema.Manifest:
         from pipelines.orchestration.publish import publish

@@ -44,13 +44,14 @@ from common.config import ConfigError
 from common.hashing import sha256_bytes
 from pipelines import schema
 from pipelines.engine import parts
+from pipelines.engine.part_list import PartList, StoredParts
 from pipelines.config import CorpusConfig
 from pipelines.ingest import Sources
 from pipelines.ingest.boilerplate import REASONS as BOILERPLATE_REASONS
 from pipelines.orchestration.drop_report import NothingKept, ingest_report, report
 
 log = logging.getLogger("pipelines.orchestration.stages")
-CODE_VERSION = "6"  # bump when a stage's output format or algorithm changes
+CODE_VERSION = "7"  # bump when a stage's output format or algorithm changes
 
 
 def _versions() -> dict[str, str]:
@@ -69,16 +70,40 @@ PACK_BATCH_DOCS = 256
 PACK_BATCH_BYTES = 4 << 20
 
 
+# The part lists' files in a stage's folder, beside its marker (``part_list.StoredParts``).
+FILES_LIST, REJECTED_LIST = "_files.arrow", "_rejected.arrow"
+
+
 @dataclass
 class StageResult:
-    """A finished stage, as its completion marker records it."""
+    """A finished stage, as its completion marker records it. Its part lists are files beside
+    the marker (the marker holds their names, sizes, sha256 and totals): ``data_parts`` and
+    ``rejected_parts`` load them, from ``folder`` (the stage's cache folder, not recorded)."""
     name: str
     key: str
     stats: dict[str, Any] = field(default_factory=dict)
-    files: list[dict[str, Any]] = field(default_factory=list)  # data parts in the cache folder
-    rejected: list[dict[str, Any]] = field(default_factory=list)  # parts in rejected/<stage>-<key>/
+    files: StoredParts = field(default_factory=StoredParts)  # data parts in the cache folder
+    rejected: StoredParts = field(default_factory=StoredParts)  # parts in rejected/<stage>-<key>/
     product: dict[str, Any] = field(default_factory=dict)  # tokenizer info, shard list
     pruned: bool = False  # the data parts were deleted once every consumer had finished
+    folder: str = field(default="", compare=False)
+
+    def data_parts(self) -> PartList:
+        return self.files.load(self.folder)
+
+    def rejected_parts(self) -> PartList:
+        return self.rejected.load(self.folder)
+
+    def marker(self) -> dict[str, Any]:
+        """The marker's JSON object."""
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "folder"}
+        return {**d, "files": self.files.to_dict(), "rejected": self.rejected.to_dict()}
+
+    @classmethod
+    def from_marker(cls, d: dict[str, Any], folder: str) -> StageResult:
+        """A marker's object (``TypeError`` or ``KeyError`` when it is of another format)."""
+        return cls(**{**d, "files": StoredParts(**d["files"]), "rejected": StoredParts(**d["rejected"]),
+                      "folder": folder})
 
 
 @dataclass
@@ -92,6 +117,8 @@ class StageRun:
     sources: Sources
     inputs: dict[str, StageResult]
     cache_of: Callable[[str], str]  # cache folder of another stage
+    # Input part lists loaded by this run (each read from the store once, dropped with the run).
+    _loaded: dict[str, parts.Parts] = field(default_factory=dict, repr=False)
 
     @property
     def data(self) -> str:
@@ -108,8 +135,11 @@ class StageRun:
         return storage.join(self.cache, "work")
 
     def parts(self, name: str) -> parts.Parts:
-        """The data parts of input stage ``name``, as its marker lists them."""
-        return parts.Parts(storage.join(self.cache_of(name), "data"), tuple(self.inputs[name].files))
+        """The data parts of input stage ``name``, as its part list names them."""
+        if name not in self._loaded:
+            self._loaded[name] = parts.Parts(storage.join(self.cache_of(name), "data"),
+                                             self.inputs[name].data_parts())
+        return self._loaded[name]
 
     def read(self, name: str) -> Any:
         """The kept rows (documents or examples) of input stage ``name`` as a Dataset."""

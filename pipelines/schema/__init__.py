@@ -7,10 +7,10 @@ defined here once: the names in ``layout``, the shard format in ``shards``, the 
 URI) holding::
 
     manifest.json                          the commit point: what it does not list does not exist
-    rejected-<sha>.json                    the quarantine's part list, named and hashed by the manifest
     tokenizer/<key>/                       tokenizer.json, vocab.txt, tokenizer_config.json
     shards/<generation>/{train,validation}-NNNNNN.tar
     rejected/<stage>-<key>/part-*.jsonl.zst
+    rejected/<stage>-<key>/_parts.arrow    that stage's list of them, named and hashed by the manifest
     .work/                                 stage caches (build-corpus's, safe to delete)
 
 Every folder named by a key is written once and never changed: a new build with other inputs
@@ -18,16 +18,16 @@ writes new folders, then replaces ``manifest.json`` (one atomic write), then del
 neither the new nor the previous manifest names. A reader that loaded the old manifest keeps
 reading consistent files; a build killed before its manifest leaves the old corpus untouched.
 
-**The rejected-part list lives apart from the manifest** (format 3). A 10 TB build quarantines
-hundreds of thousands of parts; listed inline they made ``manifest.json`` the largest thing every
-training rank downloads and parses at start, for a list no trainer reads. ``Manifest.save``
-writes the list to ``rejected-<sha256[:16]>.json`` first, then the manifest, whose
-``rejected_index`` names that file with its sha256, size and counts: the manifest stays the one
-commit point, and the file is named by its content, so a reader still on the previous manifest
-keeps reading the previous list (publishing deletes lists no kept manifest names). Two readers:
-``Manifest.parse`` (the trainer) reads the manifest only and leaves ``rejected`` empty, while
-``Manifest.load`` (the build and its tools) also reads the list and checks its sha256. Format 2
-manifests, with the list inline, are still read by both.
+**The rejected-part lists live apart from the manifest** (format 4). A 10 TB build quarantines
+about a million parts; listed inline (format 2) they made ``manifest.json`` the largest thing
+every training rank downloads and parses at start, for a list no trainer reads, and as one file
+beside it (format 3) the build's driver still assembled them all at once. Each document stage's
+list is an Arrow file in its own quarantine folder (``schema.rejected``), which the manifest's
+``rejected_lists`` names with its sha256, size and counts; the folder is named by the stage's key
+and never rewritten with other content, so a reader still on the previous manifest keeps reading
+the previous lists. Two readers: ``Manifest.parse`` (the trainer) reads the manifest only and
+leaves ``rejected`` empty, while ``Manifest.load`` (the build's tools) also reads the lists and
+checks their sha256. Format 2 and 3 manifests are still read by both.
 
 **Shards** are plain WebDataset tars. A sample is a *chunk* of consecutive examples (not one
 example), so the 512-byte tar header and padding are paid per chunk, not per example. Chunk
@@ -56,8 +56,11 @@ from pipelines.schema.layout import (  # noqa: F401  (the contract, one namespac
     VOCAB_TXT, TOKENIZER_CONFIG, TOKENIZER_FILES, TOKENS, LAYOUT, KEYS, MEMBERS, CHUNK_TOKENS, SPECIAL_TOKENS,
 )
 from pipelines.schema.manifest import (  # noqa: F401  (the contract, one namespace)
-    TokenizerInfo, ShardInfo, SplitInfo, RejectedInfo, RejectedIndex, rejected_list_bytes,
-    rejected_index_of, Manifest, read_rejected, read_manifest_bytes,
+    TokenizerInfo, ShardInfo, SplitInfo, Manifest, read_manifest_bytes,
+)
+from pipelines.schema.rejected import (  # noqa: F401  (the contract, one namespace)
+    part_list_schema, LIST_NAME, RejectedInfo, RejectedIndex, RejectedList, part_list_bytes, read_part_list,
+    rejected_list, write_rejected_lists, read_rejected,
 )
 from pipelines.schema.shards import (  # noqa: F401  (the contract, one namespace)
     Examples, chunk_bounds, encode_shard, decode_sample, read_shard,

@@ -7,8 +7,9 @@ import numpy as np
 from common import storage
 
 
-FORMAT_VERSION = 3
-READABLE_VERSIONS = (2, 3)  # 2: the rejected parts inline in the manifest (module docstring)
+FORMAT_VERSION = 4
+# 2: the rejected parts inline in the manifest; 3: in one JSON file beside it (``schema.rejected``)
+READABLE_VERSIONS = (2, 3, 4)
 MANIFEST_NAME = "manifest.json"
 TOKENIZER_DIR = "tokenizer"
 SHARDS_DIR = "shards"

@@ -1,5 +1,5 @@
-"""``manifest.json``, the corpus's commit point, and the rejected-part list beside it (format 3;
-the format is described in ``pipelines.schema``)."""
+"""``manifest.json``, the corpus's commit point (format 4, described in ``pipelines.schema``; the
+quarantine's part lists it names are in ``pipelines.schema.rejected``)."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
@@ -7,6 +7,8 @@ from typing import Any
 
 from common import storage
 from pipelines.schema.layout import FORMAT_VERSION, MANIFEST_NAME, READABLE_VERSIONS, TOKENIZER_DIR
+from pipelines.schema.rejected import (RejectedIndex, RejectedInfo, RejectedList, read_rejected,
+                                       write_rejected_lists)
 
 
 @dataclass
@@ -38,41 +40,6 @@ class SplitInfo:
 
 
 @dataclass
-class RejectedInfo:
-    stage: str
-    path: str  # relative to the corpus
-    records: int
-    bytes: int
-
-
-@dataclass
-class RejectedIndex:
-    """Where the manifest's rejected-part list is (format 3): a file beside the manifest."""
-    path: str  # relative to the corpus: rejected-<sha256[:16]>.json
-    sha256: str
-    bytes: int
-    parts: int
-    records: int
-
-
-def rejected_list_bytes(rejected: list[RejectedInfo]) -> bytes:
-    """The rejected-part list file's content: one JSON object, one part per line, in the given order."""
-    import json
-
-    rows = ",\n".join(json.dumps(asdict(r), sort_keys=True) for r in rejected)
-    return f'{{"format_version": {FORMAT_VERSION}, "rejected": [\n{rows}\n]}}\n'.encode()
-
-
-def rejected_index_of(rejected: list[RejectedInfo]) -> tuple[RejectedIndex, bytes]:
-    import hashlib
-
-    data = rejected_list_bytes(rejected)
-    sha = hashlib.sha256(data).hexdigest()
-    return RejectedIndex(f"rejected-{sha[:16]}.json", sha, len(data), len(rejected),
-                         sum(r.records for r in rejected)), data
-
-
-@dataclass
 class Manifest:
     seq_len: int
     tokenizer: TokenizerInfo
@@ -80,8 +47,8 @@ class Manifest:
     shards: list[ShardInfo]
     stats: dict[str, Any] = field(default_factory=dict)
     config: dict[str, Any] = field(default_factory=dict)
-    # The quarantined parts. Kept apart from manifest.json (format 3: ``rejected_index``);
-    # ``load`` fills it, ``parse`` leaves it empty (module docstring).
+    # The quarantined parts, in memory only: kept apart from manifest.json (format 4: one list per
+    # stage, ``rejected_lists``); ``load`` fills it, ``parse`` leaves it empty, ``save`` writes it.
     rejected: list[RejectedInfo] = field(default_factory=list)
     generation: str = ""
     build_key: str = ""  # identity of everything that decided this corpus (a rerun compares it)
@@ -95,6 +62,7 @@ class Manifest:
     decontamination: dict[str, Any] = field(default_factory=dict)
     format_version: int = FORMAT_VERSION
     rejected_index: RejectedIndex | None = None  # format 3, with rejected parts: their list's file
+    rejected_lists: list[RejectedList] = field(default_factory=list)  # format 4: a list per stage
 
     def shards_for(self, split: str) -> list[ShardInfo]:
         return [s for s in self.shards if s.split == split]
@@ -104,14 +72,14 @@ class Manifest:
         out = {self.tokenizer.path.rstrip("/")}
         out.update(s.path.rsplit("/", 1)[0] for s in self.shards)
         out.update(r.path.rsplit("/", 1)[0] for r in self.rejected)
+        out.update(r.folder for r in self.rejected_lists)
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        """Every field, the rejected parts included (what the build flow returns), with the
-        ``rejected_index`` they get when saved; ``encode`` leaves the parts out."""
+        """Every field but the rejected parts (what the build flow returns): their lists, by
+        reference, are there."""
         d = asdict(self)
-        index = rejected_index_of(self.rejected)[0] if self.rejected else self.rejected_index
-        d["rejected_index"] = None if index is None else asdict(index)
+        del d["rejected"]
         return d
 
     @classmethod
@@ -121,6 +89,7 @@ class Manifest:
             raise ValueError(f"manifest format_version {version!r}; this code reads {READABLE_VERSIONS} "
                              "(rebuild the corpus with build-corpus)")
         index = d.get("rejected_index")
+        lists = [RejectedList(**r) for r in d.get("rejected_lists", [])]
         return cls(
             seq_len=int(d["seq_len"]),
             tokenizer=TokenizerInfo(**d["tokenizer"]),
@@ -136,6 +105,7 @@ class Manifest:
             decontamination=d.get("decontamination", {}),
             format_version=version,
             rejected_index=RejectedIndex(**index) if index else None,
+            rejected_lists=lists,
         )
 
     def encode(self) -> bytes:
@@ -143,15 +113,15 @@ class Manifest:
         import json
 
         d = self.to_dict()
-        del d["rejected"]
         d["format_version"] = FORMAT_VERSION
         return (json.dumps(d, indent=2, sort_keys=True) + "\n").encode()
 
     def save(self, corpus: str) -> str:
-        """Commit: the rejected-part list's file, then one atomic write of ``manifest.json``."""
+        """Commit: the rejected parts held in memory (if any) as one list per quarantine folder,
+        then one atomic write of ``manifest.json``. (The build passes its lists, already written,
+        in ``rejected_lists``, and no parts.)"""
         if self.rejected:
-            self.rejected_index, data = rejected_index_of(self.rejected)
-            storage.write_bytes(storage.join(str(corpus), self.rejected_index.path), data)
+            self.rejected_lists, self.rejected_index = write_rejected_lists(corpus, self.rejected), None
         self.format_version = FORMAT_VERSION
         uri = storage.join(str(corpus), MANIFEST_NAME)
         storage.write_bytes(uri, self.encode())
@@ -159,7 +129,7 @@ class Manifest:
 
     @classmethod
     def load(cls, corpus: str) -> Manifest:
-        """The manifest with its rejected-part list (read from its file and checked)."""
+        """The manifest with its rejected parts (read from their lists, each checked)."""
         manifest = cls.parse(read_manifest_bytes(corpus), storage.join(str(corpus), MANIFEST_NAME))
         manifest.rejected = read_rejected(corpus, manifest)
         return manifest
@@ -174,25 +144,6 @@ class Manifest:
             raise ValueError(f"{where}: malformed manifest ({exc!r})") from exc
         except ValueError as exc:
             raise ValueError(f"{where}: {exc}") from exc
-
-
-def read_rejected(corpus: str, manifest: Manifest) -> list[RejectedInfo]:
-    """The manifest's rejected parts: inline (format 2) or from the file its ``rejected_index``
-    names, whose sha256 must match (a missing or altered file is an error naming it)."""
-    import hashlib
-    import json
-
-    index = manifest.rejected_index
-    if manifest.rejected or index is None:
-        return list(manifest.rejected)
-    uri = storage.join(str(corpus), index.path)
-    try:
-        data = storage.read_bytes(uri)
-    except storage.StorageError as exc:
-        raise ValueError(f"{uri}: the rejected-part list the manifest names is unreadable ({exc})") from exc
-    if hashlib.sha256(data).hexdigest() != index.sha256:
-        raise ValueError(f"{uri}: sha256 differs from the manifest's rejected_index (altered after the build)")
-    return [RejectedInfo(**r) for r in json.loads(data)["rejected"]]
 
 
 def read_manifest_bytes(corpus: str) -> bytes:

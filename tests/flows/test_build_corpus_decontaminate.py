@@ -92,7 +92,7 @@ def _write_inputs(root: Path) -> dict[str, Any]:
 
 
 def _quarantine(out: Path, manifest: dict[str, Any]) -> list[dict[str, Any]]:
-    # the rejected-part list beside the manifest this build wrote (format 3: not in manifest.json)
+    # the quarantine's part lists the manifest names (not in manifest.json nor the flow's result)
     parsed = schema.Manifest.parse(json.dumps(manifest).encode(), "manifest")
     records = []
     for r in schema.read_rejected(str(out), parsed):

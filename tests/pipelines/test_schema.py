@@ -9,6 +9,8 @@ import tarfile
 
 import numpy as np
 import pytest
+import pyarrow
+import pyarrow.ipc
 
 from common.hashing import HashingReader
 from pipelines import schema
@@ -263,15 +265,16 @@ def test_manifest_round_trip_with_every_field(tmp_path):
     assert uri == str(tmp_path / "manifest.json")
     back = schema.Manifest.load(str(tmp_path))
     assert back == m
-    assert back.format_version == schema.FORMAT_VERSION == 3
+    assert back.format_version == schema.FORMAT_VERSION == 4
     assert (back.generation, back.build_key, back.tokenizer.path) == ("g1", "bk" * 8, "tokenizer/k1")
     assert back.rejected == [schema.RejectedInfo("filter", "rejected/filter-k2/part-1.jsonl.zst", 3, 120)]
     assert [s.path for s in back.shards_for("train")] == ["shards/g1/train-000000.tar"]
     assert [s.split for s in back.shards_for("validation")] == ["validation"]
     assert schema.read_manifest_bytes(str(tmp_path)) == m.encode() == (tmp_path / "manifest.json").read_bytes()
-    assert json.loads(m.encode())["format_version"] == 3
-    # no temp file left; the rejected-part list beside the manifest, named by its content
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["manifest.json", m.rejected_index.path])
+    assert json.loads(m.encode())["format_version"] == 4
+    # no temp file left; the quarantine folder's part list, which the manifest names
+    files = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.is_file())
+    assert files == ["manifest.json", "rejected/filter-k2/_parts.arrow"] == ["manifest.json", m.rejected_lists[0].path]
 
 
 def test_manifest_round_trip_on_s3(s3_server):
@@ -288,8 +291,8 @@ def test_old_manifests_and_missing_fields_are_clear_errors(tmp_path):
     (tmp_path / "manifest.json").write_text(json.dumps({"format_version": 1}))
     with pytest.raises(ValueError, match=r"manifest\.json.*format_version 1.*rebuild"):
         schema.Manifest.load(str(tmp_path))
-    (tmp_path / "manifest.json").write_text(json.dumps({"format_version": 4}))
-    with pytest.raises(ValueError, match=r"manifest\.json.*format_version 4.*rebuild"):
+    (tmp_path / "manifest.json").write_text(json.dumps({"format_version": 5}))
+    with pytest.raises(ValueError, match=r"manifest\.json.*format_version 5.*rebuild"):
         schema.Manifest.load(str(tmp_path))
     (tmp_path / "manifest.json").write_text(json.dumps({"format_version": 2}))
     with pytest.raises(ValueError, match=r"manifest\.json: malformed manifest"):
@@ -299,7 +302,7 @@ def test_old_manifests_and_missing_fields_are_clear_errors(tmp_path):
         schema.Manifest.load(str(tmp_path))
     # A manifest without the optional fields of format 2 reads with their defaults.
     d = make_manifest().to_dict()
-    for k in ("rejected", "rejected_index", "generation", "build_key", "stats", "config"):
+    for k in ("rejected_lists", "rejected_index", "generation", "build_key", "stats", "config"):
         d.pop(k)
     d["tokenizer"].pop("path")
     back = schema.Manifest.from_dict(d)
@@ -317,51 +320,89 @@ def test_referenced_folders_are_those_the_manifest_reads():
 
 # ------------------------------------------------------------------------------ rejected parts apart
 def many_rejected(n: int) -> list[schema.RejectedInfo]:
-    return [schema.RejectedInfo("filter" if i % 2 else "near_dedup", f"rejected/filter-k2/part-{i:06d}.jsonl.zst",
-                                i % 7 + 1, 100 + i) for i in range(n)]
+    """``n`` parts of two stages, each in its own quarantine folder, grouped by folder."""
+    half = n // 2
+    return [schema.RejectedInfo("filter", f"rejected/filter-k2/part-{i:06d}.jsonl.zst", i % 7 + 1, 100 + i)
+            for i in range(half)] + [
+        schema.RejectedInfo("near_dedup", f"rejected/near_dedup-k3/part-{i:06d}.jsonl.zst", i % 7 + 1, 100 + i)
+        for i in range(half, n)]
 
 
-def test_rejected_parts_live_beside_the_manifest_which_names_and_hashes_them(tmp_path):
+def _listed(path) -> list[tuple]:
+    """A list file read with pyarrow alone: (name, rows, bytes) per part."""
+    table = pyarrow.ipc.open_file(str(path)).read_all()
+    return list(zip(*(table.column(c).to_pylist() for c in ("name", "rows", "bytes"))))
+
+
+def test_rejected_parts_live_in_lists_per_stage_which_the_manifest_names_and_hashes(tmp_path):
     m = make_manifest()
     m.rejected = many_rejected(500)
     m.save(str(tmp_path))
     raw = json.loads((tmp_path / "manifest.json").read_bytes())
-    assert "rejected" not in raw
-    listed = (tmp_path / raw["rejected_index"]["path"]).read_bytes()
-    assert raw["rejected_index"] == {"path": f"rejected-{hashlib.sha256(listed).hexdigest()[:16]}.json",
-                                     "sha256": hashlib.sha256(listed).hexdigest(), "bytes": len(listed),
-                                     "parts": 500, "records": sum(i % 7 + 1 for i in range(500))}
-    assert [schema.RejectedInfo(**r) for r in json.loads(listed)["rejected"]] == m.rejected
+    assert "rejected" not in raw and raw["rejected_index"] is None
+    assert [(r["stage"], r["path"]) for r in raw["rejected_lists"]] == [
+        ("filter", "rejected/filter-k2/_parts.arrow"), ("near_dedup", "rejected/near_dedup-k3/_parts.arrow")]
+    for ref in raw["rejected_lists"]:
+        data = (tmp_path / ref["path"]).read_bytes()
+        mine = [r for r in m.rejected if r.stage == ref["stage"]]
+        assert ref == {"stage": ref["stage"], "path": ref["path"], "sha256": hashlib.sha256(data).hexdigest(),
+                       "bytes": len(data), "parts": len(mine), "records": sum(r.records for r in mine)}
+        assert _listed(tmp_path / ref["path"]) == [(r.path.rsplit("/", 1)[1], r.records, r.bytes) for r in mine]
     # the trainer's read: the manifest only, its size independent of the quarantine's
     parsed = schema.Manifest.parse(schema.read_manifest_bytes(str(tmp_path)), "m")
-    assert parsed.rejected == [] and parsed.rejected_index == m.rejected_index
+    assert parsed.rejected == [] and parsed.rejected_lists == m.rejected_lists
     few = make_manifest()
+    few.rejected = many_rejected(2)
     few.save(str(tmp_path / "few"))
     sizes = [len((tmp_path / sub / "manifest.json").read_bytes()) for sub in (".", "few")]
-    assert abs(sizes[0] - sizes[1]) < 8
-    # the build's read: with the list, checked
+    assert abs(sizes[0] - sizes[1]) < 16
+    # the build's reads: every part, or one folder's (only that folder's list is read)
     assert schema.Manifest.load(str(tmp_path)).rejected == m.rejected
-    (tmp_path / m.rejected_index.path).write_bytes(listed.replace(b"part-000001", b"part-999991"))
-    with pytest.raises(ValueError, match=rf"{m.rejected_index.path}: sha256 differs from the manifest"):
+    (tmp_path / "rejected/near_dedup-k3/_parts.arrow").unlink()
+    assert schema.read_rejected(str(tmp_path), parsed, folder="rejected/filter-k2") == m.rejected[:250]
+    with pytest.raises(ValueError, match=r"near_dedup-k3/_parts.arrow: the rejected-part list the manifest names"):
         schema.Manifest.load(str(tmp_path))
-    (tmp_path / m.rejected_index.path).unlink()
-    with pytest.raises(ValueError, match=rf"{m.rejected_index.path}: the rejected-part list the manifest names"):
-        schema.Manifest.load(str(tmp_path))
+    listed = tmp_path / "rejected/filter-k2/_parts.arrow"
+    listed.write_bytes(listed.read_bytes().replace(b"part-000001", b"part-999991"))
+    with pytest.raises(ValueError, match=r"filter-k2/_parts.arrow: sha256 differs from the manifest"):
+        schema.read_rejected(str(tmp_path), parsed, folder="rejected/filter-k2")
 
 
-def test_format_2_manifests_with_the_list_inline_still_read(tmp_path):
+def test_one_quarantine_folder_holds_one_stage(tmp_path):
     m = make_manifest()
+    m.rejected = [schema.RejectedInfo("filter", "rejected/x/part-1.jsonl.zst", 1, 1),
+                  schema.RejectedInfo("near_dedup", "rejected/x/part-2.jsonl.zst", 1, 1)]
+    with pytest.raises(ValueError, match=r"rejected/x: parts of the stages filter and near_dedup"):
+        m.save(str(tmp_path))
+
+
+def test_format_3_and_2_manifests_still_read(tmp_path):
+    m = make_manifest()
+    m.rejected = many_rejected(6)
+    rows = [dataclasses.asdict(r) for r in m.rejected]
+    # format 3: the list in one JSON file beside the manifest, named by the manifest's rejected_index
+    listed = json.dumps({"format_version": 3, "rejected": rows}).encode()
+    sha = hashlib.sha256(listed).hexdigest()
+    (tmp_path / f"rejected-{sha[:16]}.json").write_bytes(listed)
     d = m.to_dict()
-    d["format_version"] = 2
-    del d["rejected_index"]
-    assert d["rejected"] == [dataclasses.asdict(r) for r in m.rejected]  # the in-memory form has them
+    d.pop("rejected_lists")
+    d["format_version"], d["rejected_index"] = 3, {"path": f"rejected-{sha[:16]}.json", "sha256": sha,
+                                                   "bytes": len(listed), "parts": 6, "records": 0}
+    (tmp_path / "manifest.json").write_text(json.dumps(d))
+    back = schema.Manifest.load(str(tmp_path))
+    assert back.format_version == 3 and back.rejected == m.rejected
+    assert back.referenced_folders() == m.referenced_folders()
+    # format 2: inline
+    d.pop("rejected_index")
+    d["format_version"], d["rejected"] = 2, rows
     (tmp_path / "manifest.json").write_text(json.dumps(d))
     for back in (schema.Manifest.load(str(tmp_path)),
                  schema.Manifest.parse((tmp_path / "manifest.json").read_bytes(), "m")):
         assert back.format_version == 2 and back.rejected == m.rejected and back.rejected_index is None
         assert back.referenced_folders() == m.referenced_folders()
-    # saved again, it is written in the current format, the list apart
+    # saved again, it is written in the current format, the lists apart
     back = schema.Manifest.load(str(tmp_path))
     back.save(str(tmp_path))
-    assert "rejected" not in json.loads((tmp_path / "manifest.json").read_bytes())
+    raw = json.loads((tmp_path / "manifest.json").read_bytes())
+    assert "rejected" not in raw and raw["format_version"] == 4 and len(raw["rejected_lists"]) == 2
     assert schema.Manifest.load(str(tmp_path)).rejected == m.rejected

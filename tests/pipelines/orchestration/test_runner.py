@@ -13,6 +13,8 @@ import sys
 from pathlib import Path
 
 import pytest
+import pyarrow
+import pyarrow.ipc
 import zstandard
 
 from common import storage
@@ -96,22 +98,33 @@ def test_finished_build_is_a_noop_with_stats_and_only_markers_left(raw, clean):
     for name in ORDER:
         assert manifest.stats[name]["seconds"] >= 0
     assert manifest.stats["ingest"]["mb_per_sec"] > 0 and manifest.stats["pack"]["tokens_per_sec"] > 0
-    # Data of every stage was pruned once consumed: .work holds completion markers only.
+    # Data of every stage was pruned once consumed: .work holds completion markers only, and
+    # the document stages' quarantine-part lists beside them.
     left = storage.find(str(out / schema.WORK_DIR))
-    assert left and all(p.endswith("_SUCCESS") for p in left), left
+    documents = ("ingest", "filter", "exact_dedup", "near_dedup")
+    assert left and all(p.endswith("_SUCCESS") or (p.endswith("/_rejected.arrow") and p.split("-")[0] in documents)
+                        for p in left), left
     assert {Path(p).parent.name.split("-")[0] for p in left} == set(ORDER)
     pruned = [json.loads((out / schema.WORK_DIR / p).read_text())
-              for p in left if p.split("-")[0] in ("ingest", "filter", "exact_dedup", "near_dedup", "pack")]
-    # a pruned marker keeps its statistics and quarantine, and no longer lists the deleted parts
-    assert len(pruned) == 5 and all(m["pruned"] and m["files"] == [] and m["stats"] for m in pruned)
-    assert all(m["rejected"] for m in pruned if m["name"] != "pack")
+              for p in left if p.endswith("_SUCCESS") and p.split("-")[0] in documents + ("pack",)]
+    # a pruned marker keeps its statistics and quarantine, and no longer names the deleted parts
+    assert len(pruned) == 5 and all(m["pruned"] and m["files"]["parts"] == 0 and m["files"]["file"] == ""
+                                    and m["stats"] for m in pruned)
+    for m in pruned:
+        if m["name"] == "pack":
+            continue
+        listed = pyarrow.ipc.open_file(str(out / schema.WORK_DIR / f"{m['name']}-{m['key']}" /
+                                           m["rejected"]["file"])).read_all().column("name").to_pylist()
+        assert m["rejected"]["parts"] == len(listed) > 0
+        assert [r.path.rsplit("/", 1)[1] for r in schema.Manifest.load(str(out)).rejected
+                if r.stage == m["name"]] == listed
     assert verified_shards(out, manifest) == sum(s.num_examples for s in manifest.splits.values())
 
 
 def test_quarantine_is_compressed_prefix_only_and_counts_every_drop(clean):
     out, manifest = clean
     records = []
-    for r in manifest.rejected:
+    for r in schema.Manifest.load(str(out)).rejected:
         blob = (out / r.path).read_bytes()
         assert len(blob) == r.bytes
         lines = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(blob)).read().decode().splitlines()
@@ -170,7 +183,9 @@ def test_interrupted_publish_keeps_the_previous_corpus_readable(raw, tmp_path, r
     cfg_b = with_(CFG, pack__seq_len=48)
     p = killed_build(raw, out, cfg_b, "publish")
     assert p.returncode == -9, p.output[-2000:]
-    assert schema.Manifest.load(str(out)) == a  # the commit point was never reached
+    # the commit point was never reached: the previous manifest, its quarantine lists intact
+    assert schema.Manifest.parse(schema.read_manifest_bytes(str(out)), "m") == a
+    assert schema.Manifest.load(str(out)).rejected
     verified_shards(out, a)
     b = build(raw, out, cfg_b).run()
     assert b.seq_len == 48 and b.generation != a.generation
@@ -179,9 +194,10 @@ def test_interrupted_publish_keeps_the_previous_corpus_readable(raw, tmp_path, r
     c = build(raw, out, with_(CFG, pack__seq_len=40)).run()
     kept = set(storage.listdir(str(out / schema.SHARDS_DIR)))
     assert kept == {b.generation, c.generation}
-    # the rejected-part lists beside the manifest: those the kept manifests name
-    assert c.rejected and {p.name for p in out.glob("rejected-*.json")} == {b.rejected_index.path,
-                                                                           c.rejected_index.path}
+    # the quarantine's part lists, one per stage in its folder: those the kept manifests name
+    lists = {r.path for m in (b, c) for r in m.rejected_lists}
+    assert c.rejected_lists and lists == {p.relative_to(out).as_posix() for p in out.glob("rejected/*/_parts.arrow")}
+    assert not list(out.glob("rejected-*.json"))
     assert not (out / a.tokenizer.path).exists() or a.tokenizer.path in {b.tokenizer.path, c.tokenizer.path}
     # Stage caches of earlier configs are gone too: only the current keys remain in .work.
     assert len(storage.listdir(str(out / schema.WORK_DIR))) == len(ORDER)
@@ -226,6 +242,27 @@ def test_publish_sweeps_data_a_kill_left_behind(raw, clean, tmp_path):
     leftover.write_bytes(b"x")
     assert b.run() == manifest
     assert not leftover.parent.exists() and b.result("filter").pruned
+
+
+def test_an_altered_part_list_fails_the_publish_naming_it(raw, clean, tmp_path):
+    """A stage's part list is checked against its marker (size, sha256) where it is loaded: a
+    byte changed in the filter stage's quarantine list fails the publish, naming that file and
+    the fix; the list restored, the same publish goes through."""
+    import shutil
+
+    out = tmp_path / "copy"
+    shutil.copytree(clean[0], out)
+    (out / schema.MANIFEST_NAME).unlink()  # so that the next run publishes again
+    b = build(raw, out)
+    assert b.plan() == []  # every stage has its marker: only the publish reads the lists
+    listed = out / schema.WORK_DIR / f"filter-{b.keys['filter']}" / "_rejected.arrow"
+    original = listed.read_bytes()
+    listed.write_bytes(original[:-9] + bytes([original[-9] ^ 1]) + original[-8:])
+    with pytest.raises(storage.StorageError, match=rf"{listed}: .*sha256 differs.*remove .*_SUCCESS"):
+        b.run()
+    listed.write_bytes(original)
+    assert build(raw, out).run() == clean[1]
+    assert schema.Manifest.load(str(out)).rejected == schema.Manifest.load(str(clean[0])).rejected
 
 
 def test_shards_do_not_depend_on_shuffle_sizes_or_read_blocks(raw, clean, tmp_path, monkeypatch):

@@ -52,7 +52,8 @@ def test_a_stage_whose_attempt_fails_on_the_store_runs_again(ray_s3, one_request
     # The retried stage's folder holds exactly what its marker lists: the first attempt's parts
     # were discarded (the names hash their rows, so they were written again, once).
     data = storage.find(f"{bucket}/out/.work/filter-{build.keys['filter']}")
-    assert data == ["_SUCCESS"]  # consumed and pruned once the next stage finished
+    # consumed and pruned once the next stage finished: the marker and its quarantine-part list
+    assert data == ["_SUCCESS", "_rejected.arrow"]
 
 
 def test_which_failures_a_stage_attempt_is_retried_for():

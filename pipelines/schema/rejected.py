@@ -1,0 +1,163 @@
+"""The quarantine's part lists: which ``rejected/<stage>-<key>/part-*.jsonl.zst`` a corpus holds.
+
+Format 4 (written): one list per document stage, in its quarantine folder
+(``rejected/<stage>-<key>/_parts.arrow``), an Arrow IPC file with the columns of ``part_list_schema``
+(``name``, ``rows``, ``bytes``, ``row_groups``: the layout of every stage's part list in
+build-corpus, ``pipelines.engine.part_list``), named by the manifest's ``rejected_lists`` with its
+sha256, size and counts. The build writes a stage's list as that stage finishes and publishing
+copies it there as it is, so neither the build's driver nor any file ever holds every quarantine
+part at once: a 10 TB build quarantines about a million parts, which as one JSON list assembled
+at publish cost the driver ~0.66 KB a part (measured in docs/build-corpus.md) and the build
+flow's result as much again.
+
+Format 3: one JSON file beside the manifest (``rejected-<sha16>.json``, named by the manifest's
+``rejected_index``); format 2: the list inline in the manifest. Both are still read.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from common import storage
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from pipelines.schema.manifest import Manifest
+
+
+@functools.cache
+def part_list_schema() -> pa.Schema:
+    """The columns of a part list (pyarrow is imported here: the trainer imports this package
+    and never reads a list)."""
+    import pyarrow as pa
+
+    return pa.schema([("name", pa.string()), ("rows", pa.int64()), ("bytes", pa.int64()),
+                      ("row_groups", pa.int64())])
+
+
+LIST_NAME = "_parts.arrow"  # a stage's list, in its quarantine folder
+
+
+@dataclass
+class RejectedInfo:
+    stage: str
+    path: str  # relative to the corpus
+    records: int
+    bytes: int
+
+
+@dataclass
+class RejectedIndex:
+    """Where a format-3 manifest's rejected-part list is: a JSON file beside the manifest."""
+    path: str  # relative to the corpus: rejected-<sha256[:16]>.json
+    sha256: str
+    bytes: int
+    parts: int
+    records: int
+
+
+@dataclass
+class RejectedList:
+    """One document stage's quarantine-part list (format 4), as the manifest names it."""
+    stage: str
+    path: str  # relative to the corpus: rejected/<stage>-<key>/_parts.arrow
+    sha256: str
+    bytes: int  # the list file's size
+    parts: int
+    records: int
+
+    @property
+    def folder(self) -> str:
+        return self.path.rsplit("/", 1)[0]
+
+
+def part_list_bytes(table: pa.Table) -> bytes:
+    """``table`` (the columns of ``part_list_schema``) as a list file."""
+    import pyarrow as pa
+
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_file(sink, part_list_schema()) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def read_part_list(data: bytes, where: str) -> pa.Table:
+    import pyarrow as pa
+
+    try:
+        table = pa.ipc.open_file(pa.BufferReader(data)).read_all()
+    except pa.ArrowInvalid as exc:
+        raise ValueError(f"{where}: not a part list ({exc})") from None
+    if not table.schema.equals(part_list_schema()):
+        raise ValueError(f"{where}: a part list has the columns {part_list_schema().names} (int64 counts), "
+                         f"not {table.schema}")
+    return table
+
+
+def rejected_list(stage: str, folder: str, data: bytes) -> RejectedList:
+    """The manifest's entry for ``data`` (a stage's list file) saved in quarantine folder ``folder``."""
+    table = read_part_list(data, f"{folder}/{LIST_NAME}")
+    return RejectedList(stage=stage, path=f"{folder}/{LIST_NAME}", sha256=hashlib.sha256(data).hexdigest(),
+                        bytes=len(data), parts=table.num_rows,
+                        records=int(table.column("rows").to_numpy().sum()) if table.num_rows else 0)
+
+
+def write_rejected_lists(corpus: str, rejected: list[RejectedInfo]) -> list[RejectedList]:
+    """``rejected`` (parts in memory, e.g. a tool's) written as one list per quarantine folder."""
+    import pyarrow as pa
+
+    by_folder: dict[str, list[RejectedInfo]] = {}
+    for r in rejected:
+        by_folder.setdefault(r.path.rsplit("/", 1)[0], []).append(r)
+    out = []
+    for folder, parts in by_folder.items():
+        stage = parts[0].stage
+        other = next((r.stage for r in parts if r.stage != stage), None)
+        if other is not None:  # the folder's one list names one stage
+            raise ValueError(f"{folder}: parts of the stages {stage} and {other}; a quarantine folder holds "
+                             "one stage's parts (rejected/<stage>-<key>/)")
+        data = part_list_bytes(pa.table({"name": [r.path.rsplit("/", 1)[1] for r in parts],
+                                         "rows": [r.records for r in parts], "bytes": [r.bytes for r in parts],
+                                         "row_groups": [0] * len(parts)}, schema=part_list_schema()))
+        storage.write_bytes(storage.join(str(corpus), folder, LIST_NAME), data)
+        out.append(rejected_list(stage, folder, data))
+    return out
+
+
+def _checked(corpus: str, path: str, sha256: str, what: str) -> bytes:
+    uri = storage.join(str(corpus), path)
+    try:
+        data = storage.read_bytes(uri)
+    except storage.StorageError as exc:
+        raise ValueError(f"{uri}: the {what} the manifest names is unreadable ({exc})") from exc
+    if hashlib.sha256(data).hexdigest() != sha256:
+        raise ValueError(f"{uri}: sha256 differs from the manifest's entry (altered after the build)")
+    return data
+
+
+def read_rejected(corpus: str, manifest: Manifest, folder: str | None = None) -> list[RejectedInfo]:
+    """The manifest's rejected parts (those in quarantine folder ``folder`` only, when given):
+    from its lists (format 4, each file's sha256 checked; only ``folder``'s is read), the file its
+    ``rejected_index`` names (format 3) or inline (format 2). A missing or altered list is an
+    error naming it."""
+    if manifest.rejected:
+        parts = list(manifest.rejected)
+    elif manifest.rejected_lists:
+        parts = []
+        for ref in manifest.rejected_lists:
+            if folder is not None and ref.folder != folder:
+                continue
+            table = read_part_list(_checked(corpus, ref.path, ref.sha256, "rejected-part list"), ref.path)
+            parts += [RejectedInfo(ref.stage, f"{ref.folder}/{name}", rows, size) for name, rows, size in zip(
+                table.column("name").to_pylist(), table.column("rows").to_pylist(), table.column("bytes").to_pylist())]
+    elif manifest.rejected_index is not None:
+        index = manifest.rejected_index
+        data = _checked(corpus, index.path, index.sha256, "rejected-part list")
+        parts = [RejectedInfo(**r) for r in json.loads(data)["rejected"]]
+    else:
+        parts = []
+    return [r for r in parts if folder is None or r.path.rsplit("/", 1)[0] == folder]
