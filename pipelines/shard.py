@@ -34,6 +34,7 @@ from common.hashing import hash64, sha256_bytes
 from pipelines import schema
 from pipelines.config import ShardConfig, ShuffleConfig
 from pipelines.engine.shuffle import PART, reduce, shuffle
+from pipelines.engine.written import add as add_written
 
 _ASSIGN_SALT = 0x5A4D_0F_5AD5
 _EXAMPLE_BYTES = 24  # layout (2 x uint32) + keys (2 x uint64) per example
@@ -135,6 +136,7 @@ def write_shards(examples: Any, corpus: str, cfg: ShardConfig, *, generation: st
                                     "chunk_tokens": cfg.chunk_tokens, "counts": counts}).take_all()
         shuffled.remove()
         stats = shuffled.stats
+        add_written(files=len(written), nbytes=sum(int(r["bytes"]) for r in written))
     infos = {r["path"]: schema.ShardInfo(path=str(r["path"]), split=str(r["split"]),
                                          num_examples=int(r["num_examples"]), num_tokens=int(r["num_tokens"]),
                                          bytes=int(r["bytes"]), sha256=str(r["sha256"])) for r in written}

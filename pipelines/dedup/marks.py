@@ -27,8 +27,11 @@ import numpy as np
 import pyarrow as pa
 
 from common import storage
+from pipelines.engine import written
 from pipelines.engine.parts import Parts
 from pipelines.engine.shuffle import FILE_BYTES, PART, TASK_MEMORY_BYTES, MapFileError, reduce, shuffle
+
+READ_BATCH_ROWS = 4096  # the marking tasks' results taken this many at a time
 
 
 @dataclass(frozen=True)
@@ -62,7 +65,7 @@ def _write_part(table: pa.Table, *, partition: int, folder: str) -> dict[str, np
     data = sink.getvalue().to_pybytes()
     storage.write_bytes(storage.join(folder, "by-part", f"part-{partition:06d}.arrow"), data)
     return {"part": np.array([partition]), "rows": np.array([table.num_rows]),
-            "crc": np.array([zlib.crc32(data)], dtype=np.int64)}
+            "crc": np.array([zlib.crc32(data)], dtype=np.int64), "bytes": np.array([len(data)])}
 
 
 def build_marks(pairs: Any, *, num_files: int, folder: str, name: str, file_bytes: int = FILE_BYTES,
@@ -74,13 +77,19 @@ def build_marks(pairs: Any, *, num_files: int, folder: str, name: str, file_byte
     if not sh.rows:
         sh.remove()
         return Marks(folder=None, parts=np.zeros(0, np.int64), crcs=np.zeros(0, np.int64), count=0, stats=sh.stats)
-    written = reduce(sh, _write_part, batch_format="pyarrow", with_partition=True, memory_bytes=memory_bytes,
-                     fn_kwargs={"folder": folder}).take_all()
+    # One row per input part with marks (~300,000 at 10 TB): taken as arrays, batch by batch.
+    results = reduce(sh, _write_part, batch_format="pyarrow", with_partition=True, memory_bytes=memory_bytes,
+                     fn_kwargs={"folder": folder})
+    got: dict[str, list[np.ndarray]] = {"part": [], "crc": [], "rows": []}
+    for batch in results.iter_batches(batch_size=READ_BATCH_ROWS, batch_format="numpy"):
+        for k in got:
+            got[k].append(np.asarray(batch[k], dtype=np.int64))
+        written.add(files=len(batch["part"]), nbytes=int(np.sum(batch["bytes"])))
     sh.remove()
-    order = np.argsort([int(r["part"]) for r in written])
-    parts = np.array([int(written[i]["part"]) for i in order], dtype=np.int64)
-    crcs = np.array([int(written[i]["crc"]) for i in order], dtype=np.int64)
-    count = sum(int(r["rows"]) for r in written)
+    parts, crcs = (np.concatenate(got[k] or [np.zeros(0, np.int64)]) for k in ("part", "crc"))
+    order = np.argsort(parts, kind="stable")
+    parts, crcs = parts[order], crcs[order]
+    count = int(sum(int(r.sum()) for r in got["rows"]))
     if count != sh.rows:  # every shuffled row reaches one part's object
         raise RuntimeError(f"{name}: {sh.rows} marks shuffled but {count} written")
     return Marks(folder=folder, parts=parts, crcs=crcs, count=count, stats=sh.stats)

@@ -42,6 +42,7 @@ import numpy as np
 import pyarrow as pa
 
 from common import storage
+from pipelines.engine import written
 from pipelines.engine.part_list import PartList, PartListBuilder
 
 ROW_GROUP_ROWS = 2048
@@ -106,7 +107,11 @@ def run_writers(ds: Any, fn: Callable, **kwargs: Any) -> Iterator[dict[str, Any]
     out = ds.map_batches(fn, batch_format="pyarrow", batch_size=None, fn_kwargs=kwargs)
     for batch in out.iter_batches(batch_size=SUMMARY_BATCH, batch_format="pyarrow"):
         for summary in batch.column("summary").to_pylist():
-            yield json.loads(summary)
+            summary = json.loads(summary)
+            files = summary.get("files", [])
+            written.add(files=len(files), nbytes=sum(int(f.get("bytes", 0)) for f in files),
+                        quarantined=len(summary.get("rejected", [])))
+            yield summary
 
 
 # ------------------------------------------------------------------------------ documents

@@ -69,6 +69,7 @@ import pyarrow as pa
 from common import storage
 from pipelines.engine.map_file import (PART, MapFile, MapFileError, MapFiles, decode_slice, encode_map_file,
                                        index_range, range_bounds, slice_bounds)
+from pipelines.engine import written
 from pipelines.engine.spill import RangeSpill
 
 __all__ = ["PART", "Coalesced", "MapFile", "MapFileError", "MapFiles", "Shuffled", "default_ranges", "group_apply", "hash_partition",
@@ -198,6 +199,7 @@ def shuffle(ds: Any, *, partitions: int, folder: str, file_bytes: int = FILE_BYT
         nonlocal peak_rss
         for res in results:
             done.append(res["files"])
+            written.add(files=len(res["files"]), nbytes=res["files"].total_bytes)
             peak_rss = max(peak_rss, res["peak_rss"])
 
     def submit() -> None:
