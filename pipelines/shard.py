@@ -130,13 +130,15 @@ def write_shards(examples: Any, corpus: str, cfg: ShardConfig, *, generation: st
                  .map_batches(_assign, fn_kwargs={"counts": counts}, batch_format="pyarrow"))
         shuffled = shuffle(keyed, partitions=sum(counts.values()), folder=storage.join(work, "shards"),
                            name="shard_examples", file_bytes=opts["file_bytes"], ranges=opts["ranges"])
-        written = reduce(shuffled, _write_group, batch_format="pyarrow", with_partition=True,
+        results = reduce(shuffled, _write_group, batch_format="pyarrow", with_partition=True,
                          memory_bytes=opts["memory_bytes"],
                          fn_kwargs={"folder": corpus, "generation": generation, "vocab_size": vocab_size,
-                                    "chunk_tokens": cfg.chunk_tokens, "counts": counts}).take_all()
+                                    "chunk_tokens": cfg.chunk_tokens, "counts": counts})
+        for row in results.iter_rows():  # one per shard written, counted as it arrives
+            written.append(row)
+            add_written(files=1, nbytes=int(row["bytes"]))
         shuffled.remove()
         stats = shuffled.stats
-        add_written(files=len(written), nbytes=sum(int(r["bytes"]) for r in written))
     infos = {r["path"]: schema.ShardInfo(path=str(r["path"]), split=str(r["split"]),
                                          num_examples=int(r["num_examples"]), num_tokens=int(r["num_tokens"]),
                                          bytes=int(r["bytes"]), sha256=str(r["sha256"])) for r in written}
@@ -146,6 +148,7 @@ def write_shards(examples: Any, corpus: str, cfg: ShardConfig, *, generation: st
             rel = schema.shard_name(generation, split, index)
             if rel not in infos:  # no example hashed here: an empty tar keeps the numbering
                 storage.write_bytes(storage.join(corpus, rel), empty)
+                add_written(files=1, nbytes=len(empty))
                 infos[rel] = schema.ShardInfo(rel, split, 0, 0, len(empty), sha256_bytes(empty))
     return [infos[k] for k in sorted(infos, key=lambda p: (schema.SPLITS.index(infos[p].split), p))], stats
 

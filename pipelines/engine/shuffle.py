@@ -67,9 +67,9 @@ import numpy as np
 import pyarrow as pa
 
 from common import storage
+from pipelines.engine import written
 from pipelines.engine.map_file import (PART, MapFile, MapFileError, MapFiles, decode_slice, encode_map_file,
                                        index_range, range_bounds, slice_bounds)
-from pipelines.engine import written
 from pipelines.engine.spill import RangeSpill
 
 __all__ = ["PART", "Coalesced", "MapFile", "MapFileError", "MapFiles", "Shuffled", "default_ranges", "group_apply", "hash_partition",

@@ -31,10 +31,13 @@ from __future__ import annotations
 import io
 import json
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 from common import storage
 from common.config import ConfigError
+
+if TYPE_CHECKING:
+    from pipelines.engine.part_list import PartList
 
 NEARLY = 0.05  # keeping fewer than this share of the documents is "nearly everything dropped"
 SAMPLE = 200  # dropped documents whose language is identified for the message
@@ -49,7 +52,7 @@ class NothingKept(ConfigError):
     quarantine folder. A ``ConfigError``, so the CLI prints it as one line and exits 2."""
 
 
-def sampled_languages(rejected: str, files: list[dict[str, Any]], *, sample: int = SAMPLE,
+def sampled_languages(rejected: str, files: Sequence[dict[str, Any]] | PartList, *, sample: int = SAMPLE,
                       chars: int | None = 2000) -> Counter:
     """Languages of up to ``sample`` dropped documents (their quarantined text prefix)."""
     import zstandard
@@ -114,7 +117,7 @@ def where(rejected: str) -> str:
     return f"each dropped document and its reason: {rejected.rstrip('/')}/"
 
 
-def report(stats: dict[str, Any], *, rejected: str, files: list[dict[str, Any]],
+def report(stats: dict[str, Any], *, rejected: str, files: Sequence[dict[str, Any]] | PartList,
            languages: list[str] | None) -> str | None:
     """The line when fewer than ``NEARLY`` of the documents were kept, else None."""
     n_in, n_out = stats["documents_in"], stats["documents_out"]

@@ -3,7 +3,7 @@
 Everything the manifest lists is already in place when it is written: the tokenizer in
 ``tokenizer/<key>/``, the shards in ``shards/<generation>/``, the quarantine in
 ``rejected/<stage>-<key>/``, each folder named by a key and never rewritten with other content,
-and each document stage's list of its quarantine parts in that folder (``_parts.arrow``, copied from
+and each document stage's list of its quarantine parts in that folder (``_parts-<sha16>.arrow``, copied from
 the stage's folder, where the stage wrote it; ``pipelines.schema.rejected``). Writing ``manifest.json``
 (one atomic write on any store) is the commit: before it, readers see the previous corpus whole;
 after it, the new one whole.
@@ -85,18 +85,21 @@ def quarantine_list(build: CorpusBuild, name: str, result: StageResult) -> schem
     """Stage ``name``'s quarantine-part list, copied as it is (checked against its marker) from
     the stage's folder into its quarantine folder, where the manifest names it: the driver never
     holds more than one stage's list, as bytes."""
-    folder = rejected_folder(name, result.key)
     data = result.rejected.read_checked(result.folder)
-    storage.write_bytes(storage.join(build.out, folder, schema.LIST_NAME), data)
-    return schema.rejected_list(name, folder, data)
+    ref = schema.rejected_list(name, rejected_folder(name, result.key), data)
+    storage.write_bytes(storage.join(build.out, ref.path), data)
+    return ref
 
 
 def publish(build: CorpusBuild, results: dict[str, StageResult]) -> schema.Manifest:
     manifest = manifest_of(build, results)
     for warning in manifest.warnings:
         log.warning("%s", warning)
+    where = storage.join(build.out, schema.MANIFEST_NAME)
     try:  # the manifest it replaces, without its parts (the sweep reads one folder's at a time)
-        previous = schema.Manifest.parse(schema.read_manifest_bytes(build.out), build.out)
+        previous = schema.Manifest.parse(schema.read_manifest_bytes(build.out), where)
+        if previous.rejected_index is not None:  # format 3: its one list names its folders
+            previous.rejected = schema.read_rejected(build.out, previous)
     except (FileNotFoundError, ValueError) as exc:
         previous = None
         if not isinstance(exc, FileNotFoundError):
@@ -115,6 +118,7 @@ def collect_garbage(build: CorpusBuild, keep: list[schema.Manifest]) -> list[str
     """Delete what no manifest in ``keep`` references; returns the deleted locations."""
     folders = set().union(*(m.referenced_folders() for m in keep))
     lists = {m.rejected_index.path for m in keep if m.rejected_index is not None}
+    stage_lists = {r.path for m in keep for r in m.rejected_lists}
     removed = []
     for name in storage.listdir(build.out):  # rejected-part lists of superseded builds
         if name.startswith("rejected-") and name.endswith(".json") and name not in lists:
@@ -130,12 +134,17 @@ def collect_garbage(build: CorpusBuild, keep: list[schema.Manifest]) -> list[str
                 storage.remove(storage.join(build.work, stage, "_SUCCESS"))
                 storage.remove(storage.join(build.out, rel), recursive=True)
                 removed.append(rel)
-            elif top == schema.REJECTED_DIR:  # parts a killed attempt left beside the listed ones
-                listed = {r.path for m in keep for r in schema.read_rejected(build.out, m, folder=rel)}
+            elif top == schema.REJECTED_DIR:  # what a killed attempt left beside the listed parts
+                try:
+                    listed = {r.path for m in keep for r in schema.read_rejected(build.out, m, folder=rel)}
+                except ValueError as exc:  # the corpus is committed: keep the folder whole, say why
+                    log.warning("not sweeping %s: %s", rel, exc)
+                    continue
                 for part in storage.listdir(storage.join(build.out, rel)):
-                    if f"{rel}/{part}" not in listed and part != schema.LIST_NAME:
+                    path = f"{rel}/{part}"
+                    if path not in listed and (not schema.is_list_name(part) or path not in stage_lists):
                         storage.remove(storage.join(build.out, rel, part))
-                        removed.append(f"{rel}/{part}")
+                        removed.append(path)
     if not build.keep_cache:
         current = {f"{name}-{key}" for name, key in build.keys.items()}
         for name in storage.listdir(build.work):

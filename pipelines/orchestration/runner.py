@@ -49,10 +49,10 @@ from common import storage
 from common.hashing import digest
 from pipelines import schema
 from pipelines.corpus_job import CorpusJob
+from pipelines.engine.part_list import PartList, StoredParts
 from pipelines.ingest import Sources, resolve_sources
 from pipelines.orchestration.checks import check_outputs, expected_outputs, transient, unwrapped
 from pipelines.orchestration.progress import Progress
-from pipelines.engine.part_list import PartList, StoredParts
 from pipelines.orchestration.stages import (CODE_VERSION, FILES_LIST, LIBRARIES, REJECTED_LIST, STAGES, Stage,
                                             StageResult, StageRun, filter_fingerprint, tokenizer_fingerprint)
 
@@ -103,12 +103,14 @@ class CorpusBuild:
         if name not in self._results:
             uri = storage.join(self.cache(name), SUCCESS)
             try:
-                self._results[name] = StageResult.from_marker(json.loads(storage.read_bytes(uri)),
-                                                              self.cache(name))
-            except (storage.MissingObject, json.JSONDecodeError, UnicodeDecodeError, TypeError, KeyError):
-                # No marker, a torn one or one of another format: the stage has not finished. Any
-                # other error (access denied, the store unavailable) is raised: it says nothing
-                # about the stage.
+                marker = json.loads(storage.read_bytes(uri))
+            except (storage.MissingObject, json.JSONDecodeError, UnicodeDecodeError):
+                # No marker, or a torn one: the stage has not finished. Any other error (access
+                # denied, the store unavailable) is raised: it says nothing about the stage.
+                marker = None
+            try:
+                self._results[name] = None if marker is None else StageResult.from_marker(marker, self.cache(name))
+            except (TypeError, KeyError):  # a marker of another format (older code): not finished
                 self._results[name] = None
         return self._results[name]
 
@@ -120,7 +122,8 @@ class CorpusBuild:
         """The published manifest when it is this build's (without its rejected parts, which
         ``schema.Manifest.load`` reads)."""
         try:
-            manifest = schema.Manifest.parse(schema.read_manifest_bytes(self.out), self.out)
+            manifest = schema.Manifest.parse(schema.read_manifest_bytes(self.out),
+                                             storage.join(self.out, schema.MANIFEST_NAME))
         except (FileNotFoundError, ValueError):
             return None
         return manifest if manifest.build_key == self.build_key else None

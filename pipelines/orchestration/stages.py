@@ -224,7 +224,7 @@ def _filter(run: StageRun) -> dict[str, Any]:
     return {"stats": stats, "files": out["files"], "rejected": out["rejected"]}
 
 
-def _language_report(run: StageRun, stats: dict[str, Any], rejected: list[dict[str, Any]]) -> list[str]:
+def _language_report(run: StageRun, stats: dict[str, Any], rejected: PartList) -> list[str]:
     """Warnings for the languages met whose profile skipped blocks, and the one-line explanation
     of a stage that kept (nearly) nothing: an error when it kept nothing at all."""
     from pipelines.filters.base import references

@@ -10,7 +10,7 @@ URI) holding::
     tokenizer/<key>/                       tokenizer.json, vocab.txt, tokenizer_config.json
     shards/<generation>/{train,validation}-NNNNNN.tar
     rejected/<stage>-<key>/part-*.jsonl.zst
-    rejected/<stage>-<key>/_parts.arrow    that stage's list of them, named and hashed by the manifest
+    rejected/<stage>-<key>/_parts-<sha>.arrow  that stage's list of them, named and hashed by the manifest
     .work/                                 stage caches (build-corpus's, safe to delete)
 
 Every folder named by a key is written once and never changed: a new build with other inputs
@@ -22,10 +22,10 @@ reading consistent files; a build killed before its manifest leaves the old corp
 about a million parts; listed inline (format 2) they made ``manifest.json`` the largest thing
 every training rank downloads and parses at start, for a list no trainer reads, and as one file
 beside it (format 3) the build's driver still assembled them all at once. Each document stage's
-list is an Arrow file in its own quarantine folder (``schema.rejected``), which the manifest's
-``rejected_lists`` names with its sha256, size and counts; the folder is named by the stage's key
-and never rewritten with other content, so a reader still on the previous manifest keeps reading
-the previous lists. Two readers: ``Manifest.parse`` (the trainer) reads the manifest only and
+list is an Arrow file in its own quarantine folder (``schema.rejected``), named by its content and
+named in the manifest's ``rejected_lists`` with its sha256, size and counts, so a reader still on
+the previous manifest keeps reading the previous lists (publishing deletes lists no kept
+manifest names). Two readers: ``Manifest.parse`` (the trainer) reads the manifest only and
 leaves ``rejected`` empty, while ``Manifest.load`` (the build's tools) also reads the lists and
 checks their sha256. Format 2 and 3 manifests are still read by both.
 
@@ -59,7 +59,7 @@ from pipelines.schema.manifest import (  # noqa: F401  (the contract, one namesp
     TokenizerInfo, ShardInfo, SplitInfo, Manifest, read_manifest_bytes,
 )
 from pipelines.schema.rejected import (  # noqa: F401  (the contract, one namespace)
-    part_list_schema, LIST_NAME, RejectedInfo, RejectedIndex, RejectedList, part_list_bytes, read_part_list,
+    part_list_schema, list_name, is_list_name, RejectedInfo, RejectedIndex, RejectedList, part_list_bytes, read_part_list,
     rejected_list, write_rejected_lists, read_rejected,
 )
 from pipelines.schema.shards import (  # noqa: F401  (the contract, one namespace)

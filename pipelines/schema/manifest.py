@@ -2,7 +2,7 @@
 quarantine's part lists it names are in ``pipelines.schema.rejected``)."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from common import storage
@@ -78,7 +78,7 @@ class Manifest:
     def to_dict(self) -> dict[str, Any]:
         """Every field but the rejected parts (what the build flow returns): their lists, by
         reference, are there."""
-        d = asdict(self)
+        d = asdict(replace(self, rejected=[]))  # not a copy of every part, to drop it
         del d["rejected"]
         return d
 

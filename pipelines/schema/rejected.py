@@ -1,7 +1,7 @@
 """The quarantine's part lists: which ``rejected/<stage>-<key>/part-*.jsonl.zst`` a corpus holds.
 
 Format 4 (written): one list per document stage, in its quarantine folder
-(``rejected/<stage>-<key>/_parts.arrow``), an Arrow IPC file with the columns of ``part_list_schema``
+(``rejected/<stage>-<key>/_parts-<sha16>.arrow``), an Arrow IPC file with the columns of ``part_list_schema``
 (``name``, ``rows``, ``bytes``, ``row_groups``: the layout of every stage's part list in
 build-corpus, ``pipelines.engine.part_list``), named by the manifest's ``rejected_lists`` with its
 sha256, size and counts. The build writes a stage's list as that stage finishes and publishing
@@ -39,7 +39,16 @@ def part_list_schema() -> pa.Schema:
                       ("row_groups", pa.int64())])
 
 
-LIST_NAME = "_parts.arrow"  # a stage's list, in its quarantine folder
+
+
+def list_name(sha256: str) -> str:
+    """A stage's list's name in its quarantine folder: named by its content, so a publish never
+    rewrites a list that a reader of the previous manifest may still be checking."""
+    return f"_parts-{sha256[:16]}.arrow"
+
+
+def is_list_name(name: str) -> bool:
+    return name.startswith("_parts-") and name.endswith(".arrow")
 
 
 @dataclass
@@ -64,7 +73,7 @@ class RejectedIndex:
 class RejectedList:
     """One document stage's quarantine-part list (format 4), as the manifest names it."""
     stage: str
-    path: str  # relative to the corpus: rejected/<stage>-<key>/_parts.arrow
+    path: str  # relative to the corpus: rejected/<stage>-<key>/_parts-<sha256[:16]>.arrow
     sha256: str
     bytes: int  # the list file's size
     parts: int
@@ -100,8 +109,9 @@ def read_part_list(data: bytes, where: str) -> pa.Table:
 
 def rejected_list(stage: str, folder: str, data: bytes) -> RejectedList:
     """The manifest's entry for ``data`` (a stage's list file) saved in quarantine folder ``folder``."""
-    table = read_part_list(data, f"{folder}/{LIST_NAME}")
-    return RejectedList(stage=stage, path=f"{folder}/{LIST_NAME}", sha256=hashlib.sha256(data).hexdigest(),
+    sha = hashlib.sha256(data).hexdigest()
+    table = read_part_list(data, f"{folder}/{list_name(sha)}")
+    return RejectedList(stage=stage, path=f"{folder}/{list_name(sha)}", sha256=sha,
                         bytes=len(data), parts=table.num_rows,
                         records=int(table.column("rows").to_numpy().sum()) if table.num_rows else 0)
 
@@ -123,8 +133,9 @@ def write_rejected_lists(corpus: str, rejected: list[RejectedInfo]) -> list[Reje
         data = part_list_bytes(pa.table({"name": [r.path.rsplit("/", 1)[1] for r in parts],
                                          "rows": [r.records for r in parts], "bytes": [r.bytes for r in parts],
                                          "row_groups": [0] * len(parts)}, schema=part_list_schema()))
-        storage.write_bytes(storage.join(str(corpus), folder, LIST_NAME), data)
-        out.append(rejected_list(stage, folder, data))
+        ref = rejected_list(stage, folder, data)
+        storage.write_bytes(storage.join(str(corpus), ref.path), data)
+        out.append(ref)
     return out
 
 
@@ -151,7 +162,8 @@ def read_rejected(corpus: str, manifest: Manifest, folder: str | None = None) ->
         for ref in manifest.rejected_lists:
             if folder is not None and ref.folder != folder:
                 continue
-            table = read_part_list(_checked(corpus, ref.path, ref.sha256, "rejected-part list"), ref.path)
+            table = read_part_list(_checked(corpus, ref.path, ref.sha256, "rejected-part list"),
+                                   storage.join(str(corpus), ref.path))
             parts += [RejectedInfo(ref.stage, f"{ref.folder}/{name}", rows, size) for name, rows, size in zip(
                 table.column("name").to_pylist(), table.column("rows").to_pylist(), table.column("bytes").to_pylist())]
     elif manifest.rejected_index is not None:

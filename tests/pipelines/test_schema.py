@@ -274,7 +274,8 @@ def test_manifest_round_trip_with_every_field(tmp_path):
     assert json.loads(m.encode())["format_version"] == 4
     # no temp file left; the quarantine folder's part list, which the manifest names
     files = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.is_file())
-    assert files == ["manifest.json", "rejected/filter-k2/_parts.arrow"] == ["manifest.json", m.rejected_lists[0].path]
+    listed = (tmp_path / m.rejected_lists[0].path).read_bytes()  # named by its content
+    assert files == ["manifest.json", f"rejected/filter-k2/_parts-{hashlib.sha256(listed).hexdigest()[:16]}.arrow"]
 
 
 def test_manifest_round_trip_on_s3(s3_server):
@@ -340,10 +341,11 @@ def test_rejected_parts_live_in_lists_per_stage_which_the_manifest_names_and_has
     m.save(str(tmp_path))
     raw = json.loads((tmp_path / "manifest.json").read_bytes())
     assert "rejected" not in raw and raw["rejected_index"] is None
-    assert [(r["stage"], r["path"]) for r in raw["rejected_lists"]] == [
-        ("filter", "rejected/filter-k2/_parts.arrow"), ("near_dedup", "rejected/near_dedup-k3/_parts.arrow")]
+    assert [(r["stage"], r["path"].rsplit("/", 1)[0]) for r in raw["rejected_lists"]] == [
+        ("filter", "rejected/filter-k2"), ("near_dedup", "rejected/near_dedup-k3")]
     for ref in raw["rejected_lists"]:
         data = (tmp_path / ref["path"]).read_bytes()
+        assert ref["path"].endswith(f"/_parts-{hashlib.sha256(data).hexdigest()[:16]}.arrow")
         mine = [r for r in m.rejected if r.stage == ref["stage"]]
         assert ref == {"stage": ref["stage"], "path": ref["path"], "sha256": hashlib.sha256(data).hexdigest(),
                        "bytes": len(data), "parts": len(mine), "records": sum(r.records for r in mine)}
@@ -358,13 +360,13 @@ def test_rejected_parts_live_in_lists_per_stage_which_the_manifest_names_and_has
     assert abs(sizes[0] - sizes[1]) < 16
     # the build's reads: every part, or one folder's (only that folder's list is read)
     assert schema.Manifest.load(str(tmp_path)).rejected == m.rejected
-    (tmp_path / "rejected/near_dedup-k3/_parts.arrow").unlink()
+    (tmp_path / m.rejected_lists[1].path).unlink()
     assert schema.read_rejected(str(tmp_path), parsed, folder="rejected/filter-k2") == m.rejected[:250]
-    with pytest.raises(ValueError, match=r"near_dedup-k3/_parts.arrow: the rejected-part list the manifest names"):
+    with pytest.raises(ValueError, match=r"near_dedup-k3/_parts-\w+.arrow: the rejected-part list the manifest names"):
         schema.Manifest.load(str(tmp_path))
-    listed = tmp_path / "rejected/filter-k2/_parts.arrow"
+    listed = tmp_path / m.rejected_lists[0].path
     listed.write_bytes(listed.read_bytes().replace(b"part-000001", b"part-999991"))
-    with pytest.raises(ValueError, match=r"filter-k2/_parts.arrow: sha256 differs from the manifest"):
+    with pytest.raises(ValueError, match=r"filter-k2/_parts-\w+.arrow: sha256 differs from the manifest"):
         schema.read_rejected(str(tmp_path), parsed, folder="rejected/filter-k2")
 
 

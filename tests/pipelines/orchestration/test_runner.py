@@ -196,7 +196,7 @@ def test_interrupted_publish_keeps_the_previous_corpus_readable(raw, tmp_path, r
     assert kept == {b.generation, c.generation}
     # the quarantine's part lists, one per stage in its folder: those the kept manifests name
     lists = {r.path for m in (b, c) for r in m.rejected_lists}
-    assert c.rejected_lists and lists == {p.relative_to(out).as_posix() for p in out.glob("rejected/*/_parts.arrow")}
+    assert c.rejected_lists and lists == {p.relative_to(out).as_posix() for p in out.glob("rejected/*/_parts-*.arrow")}
     assert not list(out.glob("rejected-*.json"))
     assert not (out / a.tokenizer.path).exists() or a.tokenizer.path in {b.tokenizer.path, c.tokenizer.path}
     # Stage caches of earlier configs are gone too: only the current keys remain in .work.
