@@ -378,19 +378,28 @@ def test_one_quarantine_folder_holds_one_stage(tmp_path):
         m.save(str(tmp_path))
 
 
+def write_format_3(corpus, m: schema.Manifest) -> tuple[dict, str]:
+    """``m`` written as format 3 wrote it (written here, independently of the code that reads
+    it): its rejected parts in one JSON file beside the manifest, named by the manifest's
+    ``rejected_index``. Returns the manifest's dict and the list file's name."""
+    rows = [dataclasses.asdict(r) for r in m.rejected]
+    listed = json.dumps({"format_version": 3, "rejected": rows}).encode()
+    sha = hashlib.sha256(listed).hexdigest()
+    (corpus / f"rejected-{sha[:16]}.json").write_bytes(listed)
+    d = m.to_dict()
+    d.pop("rejected_lists")
+    d["format_version"], d["rejected_index"] = 3, {"path": f"rejected-{sha[:16]}.json", "sha256": sha,
+                                                   "bytes": len(listed), "parts": len(rows),
+                                                   "records": sum(r.records for r in m.rejected)}
+    (corpus / "manifest.json").write_text(json.dumps(d))
+    return d, f"rejected-{sha[:16]}.json"
+
+
 def test_format_3_and_2_manifests_still_read(tmp_path):
     m = make_manifest()
     m.rejected = many_rejected(6)
     rows = [dataclasses.asdict(r) for r in m.rejected]
-    # format 3: the list in one JSON file beside the manifest, named by the manifest's rejected_index
-    listed = json.dumps({"format_version": 3, "rejected": rows}).encode()
-    sha = hashlib.sha256(listed).hexdigest()
-    (tmp_path / f"rejected-{sha[:16]}.json").write_bytes(listed)
-    d = m.to_dict()
-    d.pop("rejected_lists")
-    d["format_version"], d["rejected_index"] = 3, {"path": f"rejected-{sha[:16]}.json", "sha256": sha,
-                                                   "bytes": len(listed), "parts": 6, "records": 0}
-    (tmp_path / "manifest.json").write_text(json.dumps(d))
+    d, _ = write_format_3(tmp_path, m)
     back = schema.Manifest.load(str(tmp_path))
     assert back.format_version == 3 and back.rejected == m.rejected
     assert back.referenced_folders() == m.referenced_folders()

@@ -5,13 +5,12 @@ names them; and an upgrade from format 3 keeps the previous corpus's quarantine 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import logging
 from dataclasses import dataclass, field
 
 from pipelines import schema
-from tests.pipelines.test_schema import make_manifest, many_rejected
+from tests.pipelines.test_schema import make_manifest, many_rejected, write_format_3
 from pipelines.orchestration import publish as publish_module
 from pipelines.orchestration.publish import collect_garbage
 
@@ -72,14 +71,7 @@ def test_a_publish_over_a_format_3_corpus_keeps_its_quarantine_readable(tmp_path
     previous = make_manifest("g0")
     previous.rejected = [schema.RejectedInfo("filter", f"rejected/filter-old/part-{i}.jsonl.zst", 2, 20)
                          for i in range(3)]
-    listed = json.dumps({"format_version": 3, "rejected": [dataclasses.asdict(r) for r in previous.rejected]})
-    sha = hashlib.sha256(listed.encode()).hexdigest()
-    (tmp_path / f"rejected-{sha[:16]}.json").write_text(listed)
-    d = previous.to_dict()
-    d.pop("rejected_lists")
-    d["format_version"], d["rejected_index"] = 3, {"path": f"rejected-{sha[:16]}.json", "sha256": sha,
-                                                   "bytes": len(listed), "parts": 3, "records": 6}
-    (tmp_path / "manifest.json").write_text(json.dumps(d))
+    _, listed = write_format_3(tmp_path, previous)
     _materialise(tmp_path, previous.rejected)
     new = make_manifest("g1")
     new.rejected = many_rejected(4)
@@ -89,7 +81,7 @@ def test_a_publish_over_a_format_3_corpus_keeps_its_quarantine_readable(tmp_path
     publish_module.publish(Published(str(tmp_path)), {})
     back = schema.Manifest.load(str(tmp_path))
     assert back.format_version == 4 and back.rejected == many_rejected(4)
-    assert (tmp_path / f"rejected-{sha[:16]}.json").exists()
+    assert (tmp_path / listed).exists()
     assert all((tmp_path / r.path).exists() for r in previous.rejected)
 
 
