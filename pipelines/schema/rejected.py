@@ -19,14 +19,12 @@ import functools
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from common import storage
 
 if TYPE_CHECKING:
     import pyarrow as pa
-
-    from pipelines.schema.manifest import Manifest
 
 
 @functools.cache
@@ -150,7 +148,15 @@ def _checked(corpus: str, path: str, sha256: str, what: str) -> bytes:
     return data
 
 
-def read_rejected(corpus: str, manifest: Manifest, folder: str | None = None) -> list[RejectedInfo]:
+class Listing(Protocol):
+    """What ``read_rejected`` reads of a ``pipelines.schema.Manifest`` (declared here: the
+    manifest module imports this one)."""
+    rejected: list[RejectedInfo]
+    rejected_lists: list[RejectedList]
+    rejected_index: RejectedIndex | None
+
+
+def read_rejected(corpus: str, manifest: Listing, folder: str | None = None) -> list[RejectedInfo]:
     """The manifest's rejected parts (those in quarantine folder ``folder`` only, when given):
     from its lists (format 4, each file's sha256 checked; only ``folder``'s is read), the file its
     ``rejected_index`` names (format 3) or inline (format 2). A missing or altered list is an
