@@ -7,25 +7,42 @@ epoch keeps the size of the sources together, ``N = sum(N_j)`` examples, and sou
 With ``r_j = T_j / N_j`` (mosaic streaming's ``proportion`` and ``repeat``/``choose``):
 
 - ``r_j >= 1``: the source is repeated. Each epoch holds ``floor(r_j)`` copies of every example
-  and ``T_j mod N_j`` more, chosen afresh each epoch (below).
-- ``r_j < 1``: each epoch takes ``T_j`` of the source's examples, another choice each epoch, so
-  over ``1 / r_j`` epochs a down-weighted source is still seen about once.
+  and ``R_j = T_j mod N_j`` more, chosen as below.
+- ``r_j < 1``: each epoch takes ``R_j = T_j`` of the source's examples, chosen as below.
 
-The choice is made at shard granularity, so a chosen example's neighbours come from the same
-shard and a reader opens few shards: the source's shards are permuted with
-``rng(seed, epoch, source)``, taken whole while they fit, and the next one contributes its first
-examples (a ``ShardSlice``). The epoch's slices then go through the sample order as shards do
-(``electra.sample_order``): permuted, concatenated, block-shuffled, cut into streams, so every
-global batch mixes the sources and the order keeps its guarantees: a function of (sources,
-weights, seed, epoch) only, elastic across world sizes, exact on resume. Over an epoch each
-source's share is exact; within one global batch it varies with the shuffle block (a block
-holds neighbouring slices' examples).
+**The choice: a window over cycles.** Source ``j``'s examples form an endless stream of
+*cycles*. Cycle ``c`` is the source's shards in the order of a permutation drawn from
+``rng(seed, c, j)``, concatenated, then rotated by an offset drawn from the same generator
+(uniform over ``[0, N_j)``: the cycle starts inside a shard). Epoch ``e`` takes positions
+``[e * R_j, (e + 1) * R_j)`` of that stream: whole shards in the middle, a suffix and a prefix of
+a shard at the window's ends (and, where a window crosses from one cycle into the next, the two
+cycles' pieces). Three properties follow, for every shard size and every position in a shard:
 
-Trade-offs: choosing whole shards biases a down-weighted source towards the examples at the
-start of a partly taken shard in that epoch (another shard is the partial one next epoch); a
-repeated shard is decoded once per copy in an epoch (a loader worker's memory bound counts
-slices, not distinct shards). With one source and no weights every shard is one whole slice and
-the order is the single-corpus order bit for bit.
+- *equal chance*: the rotation is uniform, so in any epoch every example lies in the window with
+  the same expected count ``R_j / N_j`` (no prefix of a shard, no short shard, is favoured);
+- *no repeats before coverage*: consecutive epochs take consecutive windows of a cycle, so over
+  ``N_j / R_j`` epochs (one cycle) every example is trained once, the way a plain epoch over the
+  source would (a window that crosses into the next cycle may meet an example of its tail again);
+- *few shards*: a window opens about ``R_j / (shard size) + 2`` shards, as whole-shard choices do,
+  so a down-weighted source costs its share of the reading, not all of it.
+
+Mosaic streaming (``get_shard_sampling``) cuts shards into granules of ``sampling_granularity``
+examples, takes random granules and then random examples inside each chosen shard: at granularity
+1 every shard is opened every epoch; at the shard's size the choice favours short shards. The
+window gets the equal chance at whole-shard cost; the price is that the examples of a shard are
+taken together within an epoch (they are still spread over the epoch by the shuffle below).
+
+The epoch's slices (``ShardSlice``: a contiguous range of a shard) then go through the sample
+order as shards do (``electra.sample_order``): permuted, concatenated, block-shuffled, cut into
+streams, so every global batch mixes the sources and the order keeps its guarantees: a function
+of (sources, weights, seed, epoch) only, elastic across world sizes, exact on resume. Over an
+epoch each source's share is exact; within one global batch it varies with the shuffle block (a
+block holds neighbouring slices' examples).
+
+Cost: a window needs the permutation of at most two cycles (linear in the source's shards, as any
+per-epoch shard permutation); a repeated shard is decoded once per copy in an epoch (a loader
+worker's memory bound counts slices, not distinct shards). With one source and no weights every
+shard is one whole slice and the order is the single-corpus order bit for bit.
 """
 from __future__ import annotations
 
@@ -37,9 +54,9 @@ import numpy as np
 
 from electra.corpus import ShardRef
 
-# Salt of the per-source choice's generator (its seed words differ in number from the shard
+# Salt of a source's cycle generator (its seed words differ in number from the shard
 # permutation's [seed, epoch] and the block shuffle's [seed, epoch, block]).
-_CHOICE = 0x5EED
+_CYCLE = 0xC1C1E
 
 
 class ShardSlice(NamedTuple):
@@ -108,19 +125,56 @@ def epoch_slices(shards: Sequence[ShardRef], mixture: Mixture | None, *, seed: i
     for j, (count, take) in enumerate(zip(mixture.shard_counts, mixture.takes)):
         own = shards[first:first + count]
         first += count
-        natural = sum(s.num_examples for s in own)
+        sizes = np.fromiter((s.num_examples for s in own), np.int64, len(own))
+        natural = int(sizes.sum())
         if take and not natural:
             raise ValueError(f"source {j}: {take} examples per epoch asked of a source with none")
         copies, rest = divmod(take, natural) if natural else (0, 0)
         for _ in range(copies):
             out.extend(ShardSlice(s, 0, s.num_examples, j) for s in own if s.num_examples)
         if rest:
-            perm = np.random.default_rng([seed, epoch, j, _CHOICE]).permutation(count)
-            for i in perm.tolist():
-                n = min(own[i].num_examples, rest)
-                if n:
-                    out.append(ShardSlice(own[i], 0, n, j))
-                rest -= n
-                if not rest:
-                    break
+            out.extend(window(own, j, seed=seed, start=epoch * rest, length=rest, sizes=sizes))
+    return out
+
+
+def window(own: Sequence[ShardRef], source: int, *, seed: int, start: int, length: int,
+           sizes: np.ndarray | None = None) -> list[ShardSlice]:
+    """The slices holding positions ``[start, start + length)`` of source ``source``'s endless
+    stream of cycles (module docstring); ``own``: the source's shards (``sizes``: their example
+    counts, when the caller has them)."""
+    if sizes is None:
+        sizes = np.fromiter((s.num_examples for s in own), np.int64, len(own))
+    natural = int(sizes.sum())
+    out: list[ShardSlice] = []
+    pos, end = start, start + length
+    while pos < end:
+        cycle, offset = divmod(pos, natural)
+        n = min(end - pos, natural - offset)
+        out.extend(_cycle_slices(own, sizes, source, seed=seed, cycle=cycle, lo=offset, hi=offset + n))
+        pos += n
+    return out
+
+
+def _cycle_slices(own: Sequence[ShardRef], sizes: np.ndarray, source: int, *, seed: int, cycle: int, lo: int,
+                  hi: int) -> list[ShardSlice]:
+    """Offsets ``[lo, hi)`` (``0 <= lo < hi <= N``) of cycle ``cycle``: its permuted shards,
+    concatenated and rotated, cut into slices in stream order."""
+    rng = np.random.default_rng([seed, cycle, source, _CYCLE])
+    perm = rng.permutation(len(own))
+    bounds = np.concatenate([[0], np.cumsum(sizes[perm])])
+    natural = int(bounds[-1])
+    rotation = int(rng.integers(natural))
+    a, b = lo + rotation, hi + rotation  # positions in the concatenation, wrapping once at N
+    pieces = [(a, min(b, natural))] if a < natural else []
+    if b > natural:
+        pieces.append((max(a, natural) - natural, b - natural))
+    out: list[ShardSlice] = []
+    for x, y in pieces:
+        k = int(np.searchsorted(bounds, x, side="right")) - 1
+        while x < y:
+            n = min(y, int(bounds[k + 1])) - x
+            if n:
+                out.append(ShardSlice(own[int(perm[k])], x - int(bounds[k]), n, source))
+            x += n
+            k += 1
     return out
