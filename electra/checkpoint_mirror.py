@@ -35,8 +35,9 @@ it); a killed run's folder goes at the node's next start (the node cache's sweep
 **Bounds and fallbacks.** Used only where the node has several ranks (``LOCAL_WORLD_SIZE`` /
 ``LOCAL_SIZE``; one rank per node has nothing to share) and ``data.node_cache`` is not null. A
 folder that cannot be made (permissions, a full or read-only disk) means no mirror on that node,
-with a warning; a copy that would leave less than ``RESERVE`` of its filesystem free (``/dev/shm``
-also carries NCCL's and torch's shared memory) or cannot be written is skipped with one warning:
+with a warning; a copy that would leave less than ``RESERVE`` of its filesystem free (the node
+cache's reserve, ``electra.node_cache_space``: ``/dev/shm`` also carries NCCL's and torch's shared
+memory) or cannot be written is skipped with one warning:
 that file is read from the source, as without the mirror; nothing else changes.
 
 Trade-offs: one copy per node of each shared file (a local write and read instead of ranks - 1
@@ -59,13 +60,14 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from electra.node_cache import AUTO, NodeRanks, auto_root, join, leave, locked, private_folder, release, run_name
+from electra.node_cache import AUTO, NodeRanks
+from electra.node_cache_space import auto_root, room
+from electra.node_folder import join, leave, locked, private_folder, release, run_name
 
 log = logging.getLogger(__name__)
 
 # The files every rank loads, relative to the load folder (module docstring).
 SHARED = re.compile(r"mp_rank_\d+_model_states\.pt|zero/optimizer_state\.pt")
-RESERVE = 0.10  # of the mirror's filesystem, left free by a copy
 
 
 def _digest(text: str) -> str:
@@ -154,9 +156,7 @@ class CheckpointMirror:
                 return copy
         tmp = copy + ".tmp"
         try:
-            disk = shutil.disk_usage(self.folder)
-            if disk.free - size < RESERVE * disk.total:
-                raise OSError(f"{size} bytes would leave less than {RESERVE:.0%} of {self.folder}'s filesystem free")
+            room(self.folder, size)  # the node cache's reserve (electra.node_cache_space)
             shutil.copyfile(path, tmp)
             if os.stat(tmp).st_size != size:
                 raise OSError(f"{path} changed while it was copied")

@@ -71,6 +71,7 @@ import torch
 from electra.corpus import (CorpusInfo, CorpusMismatchError, CorruptShardError, ShardCache, ShardRef,
                             check_shards, open_corpus, read_shard)
 from electra.node_cache import NodeCache
+from electra.node_cache_space import LOADER_QUEUE
 from electra.sample_order import Segment, ShardSchedule, StreamPlan
 from pipelines import schema
 
@@ -228,7 +229,7 @@ class TrainStream:
         self.plan, self.num_workers, self.prefetch = plan, num_workers, prefetch
         self.position = start
         self.bytes_read = self.store_bytes = 0
-        self.node = NodeCache.open(node_cache, plan, num_workers=num_workers)
+        self.node = NodeCache.open(node_cache, plan, num_workers=num_workers, prefetch=prefetch)
         self.shards_read: dict[int, list[str]] = {}
         if plan.dropped_per_epoch and plan.rank == 0:
             log.info("%d of %d examples per epoch left over: %d steps of global batch %d from %d streams",
@@ -250,7 +251,7 @@ class TrainStream:
             # and a resumed run (which creates it at another step) would diverge from the original.
             parts = iter(torch.utils.data.DataLoader(
                 dataset, batch_size=None, num_workers=self.num_workers, collate_fn=_identity,
-                generator=torch.Generator().manual_seed(self.plan.seed), prefetch_factor=4,
+                generator=torch.Generator().manual_seed(self.plan.seed), prefetch_factor=LOADER_QUEUE,
                 persistent_workers=False))
         self.shards_read = {}
         yield from _micro_batches(self.plan, epoch, parts, max(1, self.num_workers), start_step, dataset.stop,

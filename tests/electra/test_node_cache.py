@@ -21,6 +21,8 @@ import pytest
 
 from common import storage
 from electra import node_cache as nc
+from electra import node_cache_space as space
+from electra import node_folder as nf
 from electra.config import ConfigError, load_config
 from electra.corpus import CorruptShardError, check_shards, open_corpus, read_shard
 from electra.sample_order import Segment, StreamPlan
@@ -30,6 +32,17 @@ from tests.electra._corpus import write_tiny_corpus
 SEQ = 32
 MANY = (8, 6, 9, 7, 8, 8, 5, 10, 8, 7, 8, 9, 6, 8, 8, 9)  # 16 shards, 126 examples
 TIMEOUT = 180  # a hang guard only: every wait below ends on an event, never on a clock
+
+
+@pytest.fixture(autouse=True)
+def auto_roots(tmp_path, monkeypatch):
+    """``auto``'s two roots (``electra.node_cache_space``) in the test's folder, for this process (the
+    spawned ranks here name their cache folder; their start only sweeps the machine's auto roots of
+    folders no live process holds)."""
+    for name in ("shm", "disk"):
+        (tmp_path / name).mkdir()
+    monkeypatch.setattr(space, "SHM", str(tmp_path / "shm"))
+    monkeypatch.setattr(space, "DISK", str(tmp_path / "disk"))
 
 
 @pytest.fixture(scope="module")
@@ -137,7 +150,7 @@ def test_ranks_of_a_node_read_each_shard_once_and_see_the_same_batches(corpus, t
         for proc in procs:
             proc.join(TIMEOUT)
     assert [proc.exitcode for proc in procs] == [0, 0]
-    assert left == [nc.OWNER] and not folder.exists()  # copies deleted by their last consumer; the folder at exit
+    assert left == [nf.OWNER] and not folder.exists()  # copies deleted by their last consumer; the folder at exit
     per_consumer = []  # independently: every row's shard at every step, per (rank, worker) of the node
     for rank in ranks:
         p = plan(corpus, rank=rank)
@@ -162,7 +175,7 @@ def test_a_writer_killed_before_publishing_leaves_the_next_reader_able_to_comple
     p = plan(corpus, world=1, streams=1)
     shards = [s.shard for s in p.ordered_shards(0)[0]]
     folder = str(tmp_path / "cache" / "0123456789abcdef" / "run")
-    nc.join(folder)  # a live rank of the run: the folder is not a dead run's leftovers
+    nf.join(folder)  # a live rank of the run: the folder is not a dead run's leftovers
     try:
         index, uses = 3, np.full(len(shards), 1)
         entry = os.path.join(folder, f"e0-{index}-{shards[index].sha256}")
@@ -179,9 +192,9 @@ def test_a_writer_killed_before_publishing_leaves_the_next_reader_able_to_comple
         want = read_shard(shards[index])
         assert (uid, tokens, downloads) == (want.uid.tolist(), want.tokens.tolist(), 1)
         assert store_reads(reads) == Counter({shards[index].uri: 2})  # the dead writer's and the reader's
-        assert sorted(os.listdir(folder)) == [nc.OWNER]  # published, then released: temp, copy and lock gone
+        assert sorted(os.listdir(folder)) == [nf.OWNER]  # published, then released: temp, copy and lock gone
     finally:
-        nc.leave(folder)
+        nf.leave(folder)
     assert not os.path.exists(folder)
 
 
@@ -205,12 +218,12 @@ def test_a_killed_run_is_cleared_by_the_next_run_on_the_node(corpus, tmp_path):
     other = spawn(_consume_child, folder["1"], shards, np.full(len(shards), 1), 0, str(tmp_path / "r"), True,
                   launcher_env(0, 0, 1, "1"), root, p, None)
     other.join(TIMEOUT)
-    assert sorted(os.listdir(folder["3"])) == sorted([nc.OWNER, "e0-0-x.tar"])  # live: kept as it is
+    assert sorted(os.listdir(folder["3"])) == sorted([nf.OWNER, "e0-0-x.tar"])  # live: kept as it is
     assert len(os.listdir(folder["1"])) == 3
-    nc.leave(folder["3"])
+    nf.leave(folder["3"])
     again = nc.NodeCache.open(root, p, env=launcher_env(0, 0, 1, "1"))  # the same name: its leftovers emptied
-    assert sorted(os.listdir(again.folder)) == [nc.OWNER] and not os.path.exists(folder["3"])
-    nc.leave(again.folder)
+    assert sorted(os.listdir(again.folder)) == [nf.OWNER] and not os.path.exists(folder["3"])
+    nf.leave(again.folder)
     assert os.listdir(root) == []
 
 
@@ -218,7 +231,7 @@ def test_consumers_count_down_and_the_last_one_deletes(corpus, tmp_path, monkeyp
     p = plan(corpus, world=1, streams=1)
     shards = [s.shard for s in p.ordered_shards(0)[0]]
     folder = str(tmp_path / "c" / "0123456789abcdef" / "run")
-    nc.join(folder)
+    nf.join(folder)
     reads = str(tmp_path / "reads")
     want = read_shard(shards[2]).tokens.tolist()
     monkeypatch.setattr(storage, "open_input", storage.open_input)  # restored after the test
@@ -237,9 +250,9 @@ def test_consumers_count_down_and_the_last_one_deletes(corpus, tmp_path, monkeyp
         assert not os.path.exists(entry + ".tar") and not os.path.exists(entry + ".lock")
         one.read(7)  # counted for nobody: read from the store, no copy left behind
         one.release(7)
-        assert sorted(os.listdir(folder)) == [nc.OWNER] and store_reads(reads)[shards[7].uri] == 1
+        assert sorted(os.listdir(folder)) == [nf.OWNER] and store_reads(reads)[shards[7].uri] == 1
     finally:
-        nc.leave(folder)
+        nf.leave(folder)
 
 
 def test_a_corrupt_shard_is_named_on_every_rank_and_never_published(corpus, tmp_path, monkeypatch):
@@ -271,7 +284,7 @@ def test_a_corrupt_shard_is_named_on_every_rank_and_never_published(corpus, tmp_
         names = os.listdir(stream.node.folder)
         assert not [n for n in names if sha in n and not n.endswith(".lock")]  # neither a copy nor a temp
         assert [n for n in names if n.endswith(".tar")]  # the shards read before it: kept (the pass stopped)
-    nc.leave(stream.node.folder)
+    nf.leave(stream.node.folder)
 
 
 def test_node_counts_match_every_consumers_rows(corpus):
@@ -318,11 +331,10 @@ def test_node_ranks_setting_and_config(corpus, monkeypatch, tmp_path):
         monkeypatch.delenv(key, raising=False)
     assert nc.NodeCache.open(None, p) is None and nc.NodeCache.open("auto", p) is None  # one rank: store reads
     assert TrainStream(p, num_workers=0, node_cache="auto").node is None
-    monkeypatch.setattr(nc, "auto_root", lambda: str(tmp_path / "shm"))
     assert TrainStream(plan(corpus, world=1), num_workers=2, node_cache="auto").node is None  # a stream each
     piece = nc.NodeCache.open("auto", plan(corpus, rank=1), num_workers=2, env={})  # workers split one stream's rows
     assert piece is not None and piece.folder.startswith(str(tmp_path / "shm")) and piece.node == nc.NodeRanks(1, 1)
-    nc.leave(piece.folder)
+    nf.leave(piece.folder)
     assert load_config("tiny").data.node_cache == "auto"
     for value, ok in (("null", True), ("/dev/shm/x", True), ("auto", True), ("relative/dir", False), ('""', False)):
         if ok:
