@@ -207,29 +207,30 @@ def dedup_scores(records: list[dict], ids: list[str], rejected: dict[str, tuple[
     return out
 
 
-def shingle_size(text: str, cfg) -> int:
-    """The shingle length near dedup gives ``text`` (``cfg.ngram`` words, or characters for text
-    mostly in a spaceless script where the library has such a rule)."""
-    from pipelines.dedup import minhash
+def shingle_size(text: str, cfg) -> str:
+    """The shingles near dedup cuts ``text`` into (``pipelines.dedup.minhash``: per run of one
+    script kind): ``5w`` (word ``cfg.ngram``-grams) for text without spaceless characters, ``3c``
+    (character ``cfg.spaceless_ngram``-grams) for text only in spaceless scripts, ``5w+3c`` for both."""
+    from pipelines.language.scripts import SPACELESS, space_out
 
-    pick = getattr(minhash, "_by_shingle_length", None)
-    return next(iter(pick([text], cfg))) if pick is not None else cfg.ngram
+    spaceless = SPACELESS.search(text) is not None
+    spaced = re.search(r"[^\s!-/:-@\[-`{-~]", space_out(SPACELESS.sub(" ", text))) is not None
+    return "+".join([f"{cfg.ngram}w"] * spaced + [f"{cfg.spaceless_ngram}c"] * spaceless)
 
 
-def near_jaccard(records: list[dict], docs: list[dict], cfg) -> tuple[list[float], list[int]]:
+def near_jaccard(records: list[dict], docs: list[dict], cfg) -> tuple[list[float], list[str]]:
     """True Jaccard of each near copy with its original over the shingles near dedup uses
-    (``pipelines.dedup.minhash.shingle_hashes``; what MinHash estimates), and the shingle sizes."""
+    (``pipelines.dedup.minhash.shingle_hashes``; what MinHash estimates), and the shingle kinds."""
     from pipelines.dedup.minhash import shingle_hashes
 
     out, sizes = [], []
     for r in records:
         if r["role"] != "near":
             continue
-        n = shingle_size(docs[r["doc"]]["text"], cfg)
-        h, d = shingle_hashes([docs[r["doc"]]["text"], r["text"]], n)
+        h, d = shingle_hashes([docs[r["doc"]]["text"], r["text"]], cfg.ngram, cfg.spaceless_ngram)
         a, b = set(h[d == 0].tolist()), set(h[d == 1].tolist())
         out.append(round(len(a & b) / max(len(a | b), 1), 4))
-        sizes.append(n)
+        sizes.append(shingle_size(docs[r["doc"]]["text"], cfg))
     return out, sizes
 
 

@@ -15,8 +15,8 @@ the baseline every figure is compared with, measured in the same run.
    ``--near``, each with ``--near-rate`` of its characters edited at letters (a letter substituted
    by another letter of its script drawn from the same document, deleted, or preceded by an
    inserted one; whitespace never touched), all shuffled into one JSONL file. The table also gives
-   each near pair's true Jaccard over the shingles near dedup uses for it (word 5-grams, or the
-   library's character n-grams for text mostly in a spaceless script) and the LSH candidate
+   each near pair's true Jaccard over the shingles near dedup uses for it (word 5-grams of the
+   spaced runs, character 3-grams of the spaceless ones) and the LSH candidate
    probability ``1 - (1 - J^r)^b`` it implies.
 2. Whole build. ``CorpusBuild`` in this process on a local Ray with 2 CPUs, per language:
    ``language=[code]``, profile ``web``, tokenizer vocab ``--vocab``, seq_len 128,

@@ -5,17 +5,31 @@ Signature of a document = for each of ``num_perm`` permutations ``pi_k(h) = (a_k
 the 64-bit hashes ``h`` of the document's shingles. Two documents agree on one permutation with
 probability equal to the Jaccard similarity of their shingle sets.
 
-Shingles are word ``n``-grams (``cfg.ngram``, 5 by default); a document of fewer than ``n`` words
-uses its whole word sequence as one shingle, a document with no word has no shingle and gets the
-``EMPTY`` signature (it is never anyone's near-duplicate). Words are maximal runs of bytes that are
-not ASCII whitespace or ASCII punctuation, with ASCII letters lower-cased (datatrove's "simplified
-text"): punctuation and case edits do not break a near-duplicate match, non-ASCII bytes are kept
-as they are. In scripts written without spaces (Chinese, Japanese, Thai...) every character is a
-word and CJK punctuation a separator (``pipelines.language.scripts.space_out``), and a document
-mostly in such scripts gets ``cfg.spaceless_ngram`` (3) character shingles: a changed character
-breaks every shingle it is in, so the fewer characters a shingle spans, the more of them a copy
-with a few characters changed keeps, and the more surely the bands find it (docs/languages.md
-measures both lengths). Text without such characters hashes exactly as it always did.
+Words are maximal runs of bytes that are not ASCII whitespace or ASCII punctuation, with ASCII
+letters lower-cased (datatrove's "simplified text"): punctuation and case edits do not break a
+near-duplicate match, non-ASCII bytes are kept as they are. In scripts written without spaces
+(Chinese, Japanese, Thai...) every character is a word and CJK punctuation a separator
+(``pipelines.language.scripts.space_out``).
+
+Shingles are cut per run: a run is a maximal sequence of a document's words of one kind, either
+spaced-script words or spaceless-script characters (punctuation and whitespace between words do
+not end a run; a change of kind does). A spaced run gives its word ``cfg.ngram``-grams (5), a
+spaceless run its character ``cfg.spaceless_ngram``-grams (3); a run shorter than its n is one
+shingle, its whole sequence, and no shingle reaches across a change of kind. A document with no
+word has no shingle and gets the ``EMPTY`` signature (it is never anyone's near-duplicate).
+
+Why per run. Each kind gets the n that suits it: a changed character breaks every shingle it is
+in, so the fewer characters a shingle spans, the more of them a copy with a few characters changed
+keeps (docs/languages.md measures both lengths); three Han characters carry about what five words
+do. And the shingle set of a text is the union of its runs' sets, so a copy that adds, drops or
+edits a little text of either kind keeps every other run's shingles, whatever the mix of scripts.
+The former rule, one n per document by its majority script, gave a Chinese page with an English
+code block character 3-grams at 51% Han and word 5-grams at 49%: near copies on either side of
+50% shared no shingle at all. Costs: a Latin word or number inside Chinese text splits the Han run
+around it, and runs shorter than n become short shingles that unrelated documents share a little
+more often (docs/languages.md: far below any threshold). Text without spaceless characters is
+one spaced run per document and hashes exactly as it always did, and so does text written only
+in spaceless scripts (one spaceless run).
 
 Why it is fast (no Python per shingle or per word):
 
@@ -23,16 +37,20 @@ Why it is fast (no Python per shingle or per word):
    word bytes to their (lower-cased) value. The polynomial ``sum_j c_j * P**(j - start)`` of each
    word (mod 2**64, wrapping uint64 arithmetic) is one gather of powers and one ``add.reduceat``;
    a murmur3 ``fmix64`` finaliser then mixes the bits.
-2. Shingle hashes. ``n`` shifted multiply-adds over the word-hash array compute every n-gram's
-   Horner polynomial at once (rolling arithmetic), again followed by ``fmix64``; n-grams that
-   straddle two documents are masked out.
+2. Shingle hashes. Word kinds come from the first code point of each word (three byte gathers
+   and a 64K-entry table, only when some text holds such characters); a run number per word is
+   a cumulative sum over kind and document changes. ``n`` shifted multiply-adds over the
+   word-hash array compute every n-gram's Horner polynomial at once (rolling arithmetic), again
+   followed by ``fmix64``; n-grams whose first and last words lie in different runs are masked
+   out. With two kinds and two lengths this is one pass per kind, each over the stretch from its
+   first to its last word; runs shorter than n are folded in at most n - 1 vector steps.
 3. Permutations and minimum: one fused compiled loop (numba, ``_min_permuted``), shingle-major
    with the ``num_perm`` permutations innermost so LLVM vectorises it (AVX2: 4 lanes, 5
    ``vpmuludq`` per 4 values). ``a*h`` is a 61x61-bit product; it is split into 32-bit halves,
    whose partial products fit in uint64, and folded with ``2**61 = 1 (mod p)``: one Mersenne fold
    ``(x & p) + (x >> 61)`` plus one conditional subtract gives the exact residue, and the
    running per-document minimum is updated in place (no intermediate arrays).
-   ``pipelines.minhash_numpy`` is the numpy fallback (selected by ``BACKEND``, or when numba is
+   ``pipelines.dedup.minhash_numpy`` is the numpy fallback (selected by ``BACKEND``, or when numba is
    not installed): same values bit for bit, but 17 memory-bound vector passes per (shingle,
    permutation).
 
@@ -62,7 +80,7 @@ import numpy as np
 from common.hashing import fmix64
 from pipelines.dedup import minhash_numpy
 from pipelines.config import DedupConfig
-from pipelines.language.scripts import space_out, spaceless_share
+from pipelines.language.scripts import SPACELESS_RANGES, space_out
 
 try:
     import numba
@@ -70,7 +88,6 @@ except ImportError:  # pragma: no cover - numba is a declared dependency; numpy 
     numba = None
 
 MERSENNE = (1 << 61) - 1
-SPACELESS_DOCUMENT = 0.5  # share of spaceless-script characters from which a text gets shorter shingles
 EMPTY = np.uint64((1 << 64) - 1)  # signature value of a document without a single word
 WORD_BASE = 0x100000001B3  # odd, so powers never collapse to 0 mod 2**64
 SHINGLE_BASE = 0x9E3779B97F4A7C15
@@ -120,16 +137,36 @@ def _concat(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
     return np.frombuffer(b"\n".join(encoded) + b"\n", dtype=np.uint8), starts
 
 
-def word_hashes(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """64-bit hash of every word of every text, in order; returns (hashes, doc index per word).
-    Each character of a script written without spaces is a word (``pipelines.language.scripts``)."""
-    buf, doc_starts = _concat([space_out(t) for t in texts])
+def _spaceless_table() -> np.ndarray:
+    """Which BMP code points are spaceless-script characters (every range there is in the BMP)."""
+    table = np.zeros(1 << 16, dtype=bool)
+    for a, b in SPACELESS_RANGES:
+        table[ord(a):ord(b) + 1] = True
+    return table
+
+
+SPACELESS_TABLE = _spaceless_table()
+
+
+def _words(texts: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(hash, doc index, is a spaceless-script character) of every word of every text, in order."""
+    spaced = [space_out(t) for t in texts]
+    buf, doc_starts = _concat(spaced)
     codes = BYTE_TABLE[buf]
     is_word = np.zeros(len(buf) + 1, dtype=bool)
     np.not_equal(codes, 0, out=is_word[1:])
     starts = np.flatnonzero(is_word[1:] > is_word[:-1])
     if len(starts) == 0:
-        return np.zeros(0, np.uint64), np.zeros(0, np.int64)
+        return np.zeros(0, np.uint64), np.zeros(0, np.int64), np.zeros(0, bool)
+    spaceless = np.zeros(len(starts), dtype=bool)
+    if any(a is not b for a, b in zip(spaced, texts)):  # else no text holds a spaceless character
+        # ``space_out`` made every spaceless character a word of its own, and all of them are
+        # 3-byte UTF-8 (U+0800..U+FFFF): a word is one exactly when its first code point is one.
+        three = np.flatnonzero((buf[starts] & 0xF0) == 0xE0)
+        at = starts[three]
+        point = ((buf[at].astype(np.int64) & 0x0F) << 12) | ((buf[at + 1].astype(np.int64) & 0x3F) << 6) \
+            | (buf[at + 2].astype(np.int64) & 0x3F)
+        spaceless[three] = SPACELESS_TABLE[point]
     # sum_j c_j * B**j over the word (global positions j), then times B**-start: B is odd, so it
     # is invertible mod 2**64 and the result is the word's own polynomial, wherever it stands.
     powers = np.full(len(buf), WORD_BASE, dtype=np.uint64)
@@ -141,7 +178,14 @@ def word_hashes(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
     first = np.searchsorted(starts, doc_starts)
     counts = np.diff(first, append=len(starts))
     docs = np.repeat(np.arange(len(texts), dtype=np.int64), counts)
-    return fmix64(poly), docs
+    return fmix64(poly), docs, spaceless
+
+
+def word_hashes(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """64-bit hash of every word of every text, in order; returns (hashes, doc index per word).
+    Each character of a script written without spaces is a word (``pipelines.language.scripts``)."""
+    words, docs, _ = _words(texts)
+    return words, docs
 
 
 def _inverse_powers(exponents: np.ndarray) -> np.ndarray:
@@ -157,40 +201,75 @@ def _inverse_powers(exponents: np.ndarray) -> np.ndarray:
     return result
 
 
-def shingle_hashes(texts: list[str], ngram: int) -> tuple[np.ndarray, np.ndarray]:
-    """Hash (reduced mod p) of every word n-gram; returns (hashes, doc index), sorted by doc."""
-    words, docs = word_hashes(texts)
-    n_docs = len(texts)
-    counts = np.bincount(docs, minlength=n_docs)
-    first = np.zeros(n_docs, dtype=np.int64)
-    np.cumsum(counts[:-1], out=first[1:])
-    q = np.uint64(SHINGLE_BASE)
-    span = len(words) - ngram + 1
-    parts, part_docs = [], []
-    if span > 0:
-        acc = words[:span].copy()
-        for k in range(1, ngram):
-            acc *= q
-            acc += words[k:k + span]
-        valid = docs[:span] == docs[ngram - 1:]
-        parts.append(acc[valid])
-        part_docs.append(docs[:span][valid])
-    short = np.flatnonzero((counts > 0) & (counts < ngram))
-    if len(short):
-        # A document shorter than n words is one shingle: its whole word sequence.
-        acc = words[first[short]].copy()
-        for k in range(1, ngram - 1):
-            more = counts[short] > k
-            idx = np.where(more, first[short] + k, 0)
-            acc = np.where(more, acc * q + words[idx], acc)
-        parts.append(acc)
-        part_docs.append(short)
-    if not parts:
+def shingle_hashes(texts: list[str], ngram: int,
+                   spaceless_ngram: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Hash (reduced mod p) of every shingle; returns (hashes, doc index), sorted by doc.
+
+    A run is a maximal sequence of a document's words of one kind: spaced-script words, or
+    spaceless-script characters. Shingles are the ``ngram``-grams of each spaced run and the
+    ``spaceless_ngram``-grams (default: ``ngram``) of each spaceless run; a run shorter than its
+    n is one shingle, its whole sequence. No shingle reaches from one run into the next.
+    """
+    words, docs, spaceless = _words(texts)
+    if len(words) == 0:
         return np.zeros(0, np.uint64), np.zeros(0, np.int64)
+    size = {False: ngram, True: ngram if spaceless_ngram is None else spaceless_ngram}
+    opens = np.ones(len(words), dtype=bool)  # the word opens a run
+    np.not_equal(docs[1:], docs[:-1], out=opens[1:])
+    if spaceless.any():
+        opens[1:] |= spaceless[1:] != spaceless[:-1]
+        run = np.cumsum(opens)
+    else:
+        run = docs  # one run per document
+    parts, part_docs = [], []
+    if size[False] != size[True] and spaceless.any() and not spaceless.all():
+        for kind in (False, True):
+            mine = spaceless == kind
+            # Roll over the stretch from the first to the last word of this kind only.
+            lo, hi = int(mine.argmax()), len(words) - int(mine[::-1].argmax())
+            acc, valid = _run_ngrams(words[lo:hi], run[lo:hi], size[kind])
+            valid &= mine[lo:lo + len(valid)]
+            parts.append(acc[valid])
+            part_docs.append(docs[lo:lo + len(valid)][valid])
+    else:  # one n for every word: one pass
+        acc, valid = _run_ngrams(words, run, size[bool(spaceless[0])])
+        parts.append(acc[valid])
+        part_docs.append(docs[:len(valid)][valid])
+    first = np.flatnonzero(opens)
+    length = np.diff(first, append=len(words))
+    short = length < np.where(spaceless[first], size[True], size[False])
+    if short.any():
+        parts.append(_whole_runs(words, first[short], length[short]))
+        part_docs.append(docs[first[short]])
     h = fmix64(np.concatenate(parts))
     d = np.concatenate(part_docs)
     order = np.argsort(d, kind="stable")
     return _mod_p(h[order]), d[order]
+
+
+def _run_ngrams(words: np.ndarray, run: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Horner polynomial of every n consecutive words (``n`` shifted multiply-adds, all n-grams at
+    once), and whether each lies within one run."""
+    span = len(words) - n + 1
+    if span <= 0:
+        return np.zeros(0, np.uint64), np.zeros(0, dtype=bool)
+    q = np.uint64(SHINGLE_BASE)
+    acc = words[:span].copy()
+    for k in range(1, n):
+        acc *= q
+        acc += words[k:k + span]
+    return acc, run[:span] == run[n - 1:]
+
+
+def _whole_runs(words: np.ndarray, first: np.ndarray, length: np.ndarray) -> np.ndarray:
+    """Horner polynomial of each whole run (first word, number of words), runs of a few words."""
+    q = np.uint64(SHINGLE_BASE)
+    acc = words[first].copy()
+    for k in range(1, int(length.max())):
+        more = length > k
+        idx = np.where(more, first + k, 0)
+        acc = np.where(more, acc * q + words[idx], acc)
+    return acc
 
 
 def _mod_p(x: np.ndarray) -> np.ndarray:
@@ -274,21 +353,10 @@ def minhash_signatures(texts: list[str], cfg: DedupConfig,
         while hi < len(texts) and (hi == lo or size + len(texts[hi]) <= _SLICE_CHARS):
             size += len(texts[hi])
             hi += 1
-        for n, members in _by_shingle_length(texts[lo:hi], cfg).items():
-            h, docs = shingle_hashes([texts[lo + i] for i in members], n)
-            out[lo + np.asarray(members)] = signatures_from_shingles(h, docs, len(members), perms, backend)
+        h, docs = shingle_hashes(texts[lo:hi], cfg.ngram, cfg.spaceless_ngram)
+        out[lo:hi] = signatures_from_shingles(h, docs, hi - lo, perms, backend)
         lo = hi
     return out
-
-
-def _by_shingle_length(texts: list[str], cfg: DedupConfig) -> dict[int, list[int]]:
-    """Document indices by shingle length: ``cfg.spaceless_ngram`` for a text mostly in scripts
-    without spaces (its words are characters there), ``cfg.ngram`` for every other."""
-    groups: dict[int, list[int]] = {}
-    for i, text in enumerate(texts):
-        n = cfg.spaceless_ngram if spaceless_share(text) >= SPACELESS_DOCUMENT else cfg.ngram
-        groups.setdefault(n, []).append(i)
-    return groups
 
 
 def band_hashes(signatures: np.ndarray, cfg: DedupConfig) -> np.ndarray:

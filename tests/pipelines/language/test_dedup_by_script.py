@@ -2,7 +2,7 @@
 
 MinHash: a Chinese document and a copy with 2% of its characters changed are near-duplicates by
 the signatures (estimated Jaccard against an exact set computation of character 3-grams, the
-shingles of a document mostly in such scripts), where whitespace words made them nearly disjoint; English
+shingles of a run of such characters), where whitespace words made them nearly disjoint; English
 text hashes to exactly what it did (``space_out`` returns it untouched). Decontamination: a
 document containing a Chinese dev sentence of a GLUE-format task is dropped; one sharing only a
 few characters is kept.
