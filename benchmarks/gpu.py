@@ -140,7 +140,8 @@ class Theirs(Side):
                       hidden_dropout_prob=m.hidden_dropout, attention_probs_dropout_prob=m.attention_dropout,
                       layer_norm_eps=m.layer_norm_eps, initializer_range=m.initializer_range, hidden_act="gelu")
         gen = tf.ElectraForMaskedLM(tf.ElectraConfig(hidden_size=g.hidden_size, num_attention_heads=g.num_heads,
-                                                     intermediate_size=g.intermediate_size, **common))
+                                                     intermediate_size=g.intermediate_size,
+                                                     **{**common, "num_hidden_layers": m.generator_depth}))
         disc = tf.ElectraForPreTraining(tf.ElectraConfig(hidden_size=m.hidden_size, num_attention_heads=m.num_heads,
                                                          intermediate_size=m.intermediate_size, **common))
         gen.electra.embeddings = disc.electra.embeddings  # the whole block shared, as ours

@@ -117,7 +117,8 @@ class Theirs:
         common = dict(vocab_size=m.vocab_size, embedding_size=m.embedding_size, num_hidden_layers=m.num_layers,
                       max_position_embeddings=m.max_position_embeddings, hidden_act="gelu")
         self.gen = tf.ElectraForMaskedLM(tf.ElectraConfig(hidden_size=g.hidden_size, num_attention_heads=g.num_heads,
-                                                          intermediate_size=g.intermediate_size, **common))
+                                                          intermediate_size=g.intermediate_size,
+                                                          **{**common, "num_hidden_layers": m.generator_depth}))
         self.disc = tf.ElectraForPreTraining(tf.ElectraConfig(
             hidden_size=m.hidden_size, num_attention_heads=m.num_heads, intermediate_size=m.intermediate_size,
             **common))

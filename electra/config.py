@@ -57,7 +57,8 @@ class ModelConfig:
     num_layers: int = 12
     num_heads: int = 4
     intermediate_size: int = 1024
-    # Generator width as a fraction of the discriminator's; depth is the same (paper: 1/4 to 1/2).
+    # Generator width as a fraction of the discriminator's (paper: 1/4 to 1/2); its other sizes
+    # derive from it (``generator_sizes``) unless given below.
     generator_fraction: float = 0.25
     max_position_embeddings: int = 512
     type_vocab_size: int = 2
@@ -66,19 +67,33 @@ class ModelConfig:
     layer_norm_eps: float = 1e-12
     initializer_range: float = 0.02
     pad_token_id: int = 0
+    # The generator's shape where it is not the derived one (null: derived, as in the paper): a
+    # released pair's generator may have other ratios (--init-from takes them from its config.json).
+    generator_num_heads: int | None = None  # derived: max(1, hidden // 64)
+    generator_intermediate_size: int | None = None  # derived: 4 x its hidden size
+    generator_num_layers: int | None = None  # derived: num_layers (the discriminator's depth)
 
     def generator_sizes(self) -> GeneratorSizes:
-        """hidden = round(H x f), FFN = 4 x hidden, heads = max(1, hidden // 64) (reference §3)."""
+        """hidden = round(H x f), FFN = 4 x hidden, heads = max(1, hidden // 64) (reference §3),
+        each unless ``generator_num_heads`` / ``generator_intermediate_size`` say otherwise."""
         hidden = max(1, round(self.hidden_size * self.generator_fraction))
-        return GeneratorSizes(hidden, max(1, hidden // 64), 4 * hidden)
+        return GeneratorSizes(hidden, self.generator_num_heads or max(1, hidden // 64),
+                              self.generator_intermediate_size or 4 * hidden)
 
     @property
     def generator_hidden_size(self) -> int:
         return self.generator_sizes().hidden_size
 
+    @property
+    def generator_depth(self) -> int:
+        """The generator's layer count: ``generator_num_layers``, else the discriminator's."""
+        return self.generator_num_layers or self.num_layers
+
     def validate(self) -> None:
         check(self.hidden_size % self.num_heads == 0,
               f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}")
+        for name in ("generator_num_heads", "generator_intermediate_size", "generator_num_layers"):
+            check(getattr(self, name) is None or getattr(self, name) > 0, f"{name} must be positive (or null)")
         gen = self.generator_sizes()
         check(gen.hidden_size % gen.num_heads == 0,
               f"generator hidden size {gen.hidden_size} is not divisible by its {gen.num_heads} heads")

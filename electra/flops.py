@@ -49,7 +49,7 @@ def forward_flops_per_token(cfg: ElectraConfig, attention_len: float | None = No
     if cfg.objective.kind == "mlm":
         return disc + p * lm_head_flops(hidden=m.hidden_size, embedding=m.embedding_size, vocab=m.vocab_size)
     g = m.generator_sizes()
-    gen = encoder_flops_per_token(hidden=g.hidden_size, ffn=g.intermediate_size, layers=m.num_layers,
+    gen = encoder_flops_per_token(hidden=g.hidden_size, ffn=g.intermediate_size, layers=m.generator_depth,
                                   seq_len=t, embedding=m.embedding_size)
     disc_head = 2.0 * m.hidden_size * m.hidden_size + 2.0 * m.hidden_size
     gen_head = p * lm_head_flops(hidden=g.hidden_size, embedding=m.embedding_size, vocab=m.vocab_size)

@@ -33,6 +33,7 @@ loads), and the run's copy of the tokenizer is written beside them. From a shell
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shutil
@@ -118,10 +119,11 @@ def hf_config(cfg: ModelConfig, *, generator: bool) -> dict:
     """``config.json`` for the discriminator (ElectraForPreTraining) or generator (ElectraForMaskedLM)."""
     hidden, heads, ffn = cfg.generator_sizes() if generator else (cfg.hidden_size, cfg.num_heads,
                                                                   cfg.intermediate_size)
+    layers = cfg.generator_depth if generator else cfg.num_layers
     return {
         "architectures": ["ElectraForMaskedLM" if generator else "ElectraForPreTraining"],
         "model_type": "electra", "vocab_size": cfg.vocab_size, "embedding_size": cfg.embedding_size,
-        "hidden_size": hidden, "num_hidden_layers": cfg.num_layers, "num_attention_heads": heads,
+        "hidden_size": hidden, "num_hidden_layers": layers, "num_attention_heads": heads,
         "intermediate_size": ffn, "hidden_act": "gelu", "hidden_dropout_prob": cfg.hidden_dropout,
         "attention_probs_dropout_prob": cfg.attention_dropout,
         "max_position_embeddings": cfg.max_position_embeddings, "type_vocab_size": cfg.type_vocab_size,
@@ -142,7 +144,7 @@ def to_hf(model: ElectraForPretraining) -> tuple[dict[str, torch.Tensor], dict[s
 
 def from_hf(disc: dict[str, torch.Tensor], gen: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[str, torch.Tensor]:
     """Inverse of ``to_hf``: an ``ElectraForPretraining.state_dict()``."""
-    d_enc, g_enc = encoder_from_hf(disc, cfg.num_layers), encoder_from_hf(gen, cfg.num_layers)
+    d_enc, g_enc = encoder_from_hf(disc, cfg.num_layers), encoder_from_hf(gen, cfg.generator_depth)
     for key in (k for k in d_enc if k.startswith("embeddings.")):
         if g_enc[key].shape != d_enc[key].shape or not torch.equal(g_enc[key].float(), d_enc[key].float()):
             raise ValueError(f"generator and discriminator disagree on the shared {key}")
@@ -252,7 +254,10 @@ def _tokenizer_files(tokenizer_dir: str | Path | None) -> dict[str, bytes]:
 
 
 def model_config_from_hf(disc: dict, gen: dict | None = None, *, source: str = "config.json") -> ModelConfig:
-    """ModelConfig from HF config dicts; the generator's width gives ``generator_fraction``."""
+    """ModelConfig from HF config dicts. The generator's config is the truth for its shape: its
+    width gives ``generator_fraction``, and each of its heads, FFN size and depth that is not the
+    derived one is kept explicitly (``generator_num_heads`` ...). Refused (``ValueError`` naming
+    ``source``): a generator that cannot share the discriminator's embedding block."""
     if disc.get("hidden_act", "gelu") != "gelu" or disc.get("position_embedding_type", "absolute") != "absolute":
         raise ValueError(f"{source}: only hidden_act 'gelu' and absolute positions are supported")
     cfg = ModelConfig(
@@ -261,15 +266,45 @@ def model_config_from_hf(disc: dict, gen: dict | None = None, *, source: str = "
         intermediate_size=disc["intermediate_size"], max_position_embeddings=disc["max_position_embeddings"],
         type_vocab_size=disc["type_vocab_size"], hidden_dropout=disc["hidden_dropout_prob"],
         attention_dropout=disc["attention_probs_dropout_prob"], layer_norm_eps=disc["layer_norm_eps"],
-        initializer_range=disc.get("initializer_range", 0.02), pad_token_id=disc.get("pad_token_id") or 0,
-        **({"generator_fraction": gen["hidden_size"] / disc["hidden_size"]} if gen is not None else {}))
+        initializer_range=disc.get("initializer_range", 0.02), pad_token_id=disc.get("pad_token_id") or 0)
     if gen is not None:
-        got = (gen["hidden_size"], gen["num_attention_heads"], gen["intermediate_size"])
-        if tuple(cfg.generator_sizes()) != got or gen["num_hidden_layers"] != cfg.num_layers:
-            raise ValueError(f"{source}: generator sizes {got} (layers {gen['num_hidden_layers']}) are not "
-                             f"derivable from the discriminator's: expected {tuple(cfg.generator_sizes())}")
+        cfg = _with_generator(cfg, disc, gen, source=source)
     cfg.validate()
     return cfg
+
+
+_SHARED = ("vocab_size", "embedding_size", "max_position_embeddings", "type_vocab_size", "layer_norm_eps")
+
+
+def _with_generator(cfg: ModelConfig, disc: dict, gen: dict, *, source: str) -> ModelConfig:
+    if gen.get("hidden_act", "gelu") != "gelu" or gen.get("position_embedding_type", "absolute") != "absolute":
+        raise ValueError(f"{source}: only hidden_act 'gelu' and absolute positions are supported")
+    differ = [f"{k} {gen[k]} vs {disc[k]}" for k in _SHARED if gen.get(k, disc[k]) != disc[k]]
+    if differ:
+        raise ValueError(f"{source}: generator and discriminator differ in {', '.join(differ)}, but the two share "
+                         "one embedding block; take discriminator/ and generator/ from the same release")
+    if not 0 < gen["hidden_size"] <= disc["hidden_size"]:
+        raise ValueError(f"{source}: the generator's hidden_size {gen['hidden_size']} is wider than the "
+                         f"discriminator's {disc['hidden_size']}; an ELECTRA generator is at most as wide")
+    cfg = dataclasses.replace(cfg, generator_fraction=gen["hidden_size"] / disc["hidden_size"])
+    derived = (*cfg.generator_sizes()[1:], cfg.num_layers)
+    given = (gen["num_attention_heads"], gen["intermediate_size"], gen["num_hidden_layers"])
+    return dataclasses.replace(cfg, **{k: g if g != d else None for k, g, d in zip(
+        ("generator_num_heads", "generator_intermediate_size", "generator_num_layers"), given, derived)})
+
+
+def check_fits(cfg: ModelConfig, state: dict[str, torch.Tensor], *, configs: dict[str, str]) -> None:
+    """``ValueError`` naming the ``config.json`` (``configs``: side -> path) whose shapes the weights
+    (``from_hf``'s state dict) do not have: a config.json of another download, which
+    ``load_state_dict`` would only report as a size mismatch of a parameter."""
+    with torch.device("meta"):
+        want = ElectraForPretraining(cfg).state_dict()
+    for key, tensor in want.items():
+        if key in state and state[key].shape != tensor.shape:
+            side = "generator" if key.startswith("generator") else "discriminator"
+            raise ValueError(f"{configs[side]}: does not describe the weights beside it, so their shapes are not "
+                             f"derivable from it: {key} is {list(state[key].shape)} in the weights, "
+                             f"{list(tensor.shape)} by config.json; use the config.json downloaded with the weights")
 
 
 def _read(folder: Path) -> tuple[dict, dict[str, torch.Tensor]]:
@@ -290,7 +325,10 @@ def import_hf(hf_dir: str | Path) -> tuple[ElectraForPretraining, ModelConfig]:
     g_cfg, g_state = _read(hf_dir / "generator")
     cfg = model_config_from_hf(d_cfg, g_cfg, source=str(hf_dir / "generator" / "config.json"))
     model = ElectraForPretraining(cfg)
-    model.load_state_dict(from_hf(d_state, g_state, cfg), strict=True)
+    state = from_hf(d_state, g_state, cfg)
+    check_fits(cfg, state, configs={side: str(hf_dir / side / "config.json")
+                                    for side in ("discriminator", "generator")})
+    model.load_state_dict(state, strict=True)
     return model, cfg
 
 

@@ -10,10 +10,13 @@ LOCATION is either
   ``RUN/checkpoints/step_N``): the fp32 master weights are read from the DeepSpeed files.
 
 What comes from where. The architecture (``ARCHITECTURE``: sizes, vocabulary, positions, the
-generator's width) is the checkpoint's; the preset gives everything else (objective, optimiser,
-schedule, data, dropout, training). A user setting of an architecture key that contradicts the
-checkpoint (``--set model.hidden_size=...``, or a key in a config file of their own) is a one-line
-error naming both values: nothing the user set is silently ignored. The optimiser and the
+generator's shape) is the checkpoint's; a released generator of any width, heads, FFN size or
+depth is kept as its ``config.json`` gives it (``model.generator_*``: only a generator that cannot
+share the discriminator's embedding block is refused). The preset gives everything else
+(objective, optimiser, schedule, data, dropout, training). A user setting of an architecture key
+that contradicts the checkpoint (``--set model.hidden_size=...``, or a key in a config file of
+their own) is a one-line error naming both values (a generator size left derived, null, counts as
+the size it derives): nothing the user set is silently ignored. The optimiser and the
 learning-rate schedule start fresh at step 0, unless LOCATION is one of our checkpoints and
 ``--resume-schedule`` asks to continue its optimiser state and schedule (then on new data: the
 data position starts at the new corpora's beginning).
@@ -22,7 +25,9 @@ The vocabulary is enforced before anything is built: the corpus's tokenizer and 
 are compared (``electra.vocabulary``: tokens in id order, size, special ids, lower-casing); a
 mismatch is one line naming both and the fix (build the corpus with ``--tokenizer
 LOCATION/discriminator``). Released pairs store the shared embeddings twice; the discriminator's
-are used, and one log line says so if the generator's copy differs. The run records its source in
+are used, and a warning naming both folders says so if the generator's copy differs (the Hugging
+Face import, ``hf_export.import_hf``, refuses such a pair). Every refusal is one line that starts
+with ``--init-from LOCATION:``, says what differs and what to do. The run records its source in
 ``RUN/lineage.json`` (location, checkpoint, sha256 of each weight file read) and every export
 carries it in its ``config.json`` (``electra_lineage``).
 """
@@ -50,7 +55,12 @@ log = logging.getLogger("electra.train")
 
 # The model fields a checkpoint decides: what its tensors' shapes and its normalisation need.
 ARCHITECTURE = ("vocab_size", "embedding_size", "hidden_size", "num_layers", "num_heads", "intermediate_size",
-                "generator_fraction", "max_position_embeddings", "type_vocab_size", "layer_norm_eps", "pad_token_id")
+                "generator_fraction", "generator_num_heads", "generator_intermediate_size", "generator_num_layers",
+                "max_position_embeddings", "type_vocab_size", "layer_norm_eps", "pad_token_id")
+# The generator sizes a config may leave derived (None): compared with a user's setting as the size they derive.
+_DERIVED = {"generator_num_heads": lambda m: m.generator_sizes().num_heads,
+            "generator_intermediate_size": lambda m: m.generator_sizes().intermediate_size,
+            "generator_num_layers": lambda m: m.generator_depth}
 LINEAGE = layout.LINEAGE  # RUN/lineage.json: the run directory's file (run_layout)
 _FORMS = ("a folder with discriminator/ and generator/ in Hugging Face format (a released pair, or RUN/hf), "
           "a run folder, or RUN/checkpoints/step_N")
@@ -84,6 +94,8 @@ def find_source(location: str) -> InitSource:
                                          source=str(path / "generator" / "config.json"))
         except (KeyError, TypeError) as exc:
             raise ValueError(f"--init-from {path}: config.json lacks {exc} (not an ELECTRA model folder)") from None
+        except ValueError as exc:  # a pair this trainer cannot build: what differs, and what to do
+            raise ValueError(f"--init-from {path}: {exc}") from None
         tok_dir = next((path / s for s in ("discriminator", "generator") if _has_tokenizer(path / s)), None)
         if tok_dir is None:
             raise FileNotFoundError(f"--init-from {path}: no tokenizer files (vocab.txt or tokenizer.json) in "
@@ -108,7 +120,7 @@ def _json(path: Path) -> dict:
     try:
         return json.loads(path.read_text())
     except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}:{exc.lineno}: invalid JSON: {exc.msg}") from None
+        raise ValueError(f"--init-from: {path}:{exc.lineno}: invalid JSON: {exc.msg}; download it again") from None
 
 
 def _has_tokenizer(folder: Path) -> bool:
@@ -203,15 +215,22 @@ def apply_schedule(requested: ElectraConfig, optimizer: OptimizerConfig, user: d
 
 def _take(mine, theirs, keys: tuple[str, ...], user: dict[str, Any], section: str, where: str, why: str):
     for key in keys:
-        value = getattr(theirs, key)
-        if key in user and not _same(user[key], value):
-            raise ConfigError(f"{section}.{key}={user[key]} contradicts {where}, whose {key} is {value}; drop the "
-                              f"setting ({why})")
+        value = _sized(theirs, key, getattr(theirs, key))
+        if key in user and not _same(_sized(theirs, key, user[key]), value):
+            raise ConfigError(f"{where}: its {key} is {value}, but {section}.{key}={json.dumps(user[key])} is set; "
+                              f"drop the setting ({why})")
     changes = {k: getattr(theirs, k) for k in keys}
     moved = [f"{k} {getattr(mine, k)} -> {v}" for k, v in changes.items() if getattr(mine, k) != v]
     if moved:
         _say(logging.INFO, "%s from %s: %s", section, where, ", ".join(moved))
     return dataclasses.replace(mine, **changes)
+
+
+def _sized(model, key: str, value: Any) -> Any:
+    """``value`` of ``key``, a generator size left derived (None) as the size ``model`` derives."""
+    if value is None and key in _DERIVED:
+        return _DERIVED[key](dataclasses.replace(model, **{key: None}))
+    return value
 
 
 def _say(level: int, message: str, *args) -> None:
@@ -249,16 +268,22 @@ def load_weights(source: InitSource, cfg: ModelConfig) -> dict[str, torch.Tensor
         prefix = "model."
         return {k[len(prefix):]: v.float() for k, v in checkpoint_state_dict(source.step_dir).items()
                 if k.startswith(prefix)}
-    from electra.hf_export import from_hf
+    from electra.hf_export import check_fits, from_hf
 
     disc, gen = (_read_tensors(f) for f in source.weight_files)
     shared = [k for k in disc if k.startswith("electra.embeddings.") and k in gen]
     differ = [k for k in shared if gen[k].shape != disc[k].shape or not torch.equal(gen[k], disc[k])]
     if differ:
-        _say(logging.INFO, "--init-from %s: the generator's copy of the shared embeddings differs from the discriminator's "
-                 "(%s); using the discriminator's", source.location, ", ".join(k.split(".", 2)[2] for k in differ))
+        d_dir, g_dir = (f.parent for f in source.weight_files)
+        _say(logging.WARNING, "--init-from %s: the generator's copy of the shared embeddings differs from the "
+             "discriminator's (%s; generator %s, discriminator %s); using the discriminator's copy (%s) for both "
+             "networks, the generator's copy is not used", source.location,
+             ", ".join(k.split(".", 2)[2] for k in differ), g_dir, d_dir, d_dir)
     gen = {**gen, **{k: disc[k] for k in shared}}
-    return {k: v.float() for k, v in from_hf(disc, gen, cfg).items()}
+    state = from_hf(disc, gen, cfg)
+    check_fits(cfg, state, configs={side: f"--init-from {source.location}: {f.parent / 'config.json'}"
+                                    for side, f in zip(("discriminator", "generator"), source.weight_files)})
+    return {k: v.float() for k, v in state.items()}
 
 
 def _read_tensors(path: Path) -> dict[str, torch.Tensor]:

@@ -6,7 +6,8 @@ Shape of the model (Clark et al. 2020; docs/electra-reference.md §3):
   is shared by both networks (the whole block, LayerNorm included: the paper's "all tied" variant).
 - ``ElectraEncoder``: the shared embeddings, an own ``embeddings_project`` Linear when the embedding
   size differs from the hidden size, then BERT post-LayerNorm layers. The generator and the
-  discriminator are two encoders of the same depth; the generator is ``generator_fraction`` wide.
+  discriminator are two encoders; the generator is ``generator_fraction`` as wide and as deep,
+  unless the config gives its shape (``ModelConfig.generator_sizes`` and ``generator_depth``).
 - ``GeneratorHead``: dense(H_g -> E) -> GELU -> LayerNorm -> logits against the (tied) word
   embeddings + bias. Called only on the gathered masked positions: at 15 % masking this avoids
   ~85 % of the largest matmul of the step (E x vocab per token).
@@ -234,10 +235,10 @@ class DiscriminatorHead(nn.Module):
 def build_encoder(cfg: ModelConfig, embeddings: ElectraEmbeddings, *, generator: bool = False) -> ElectraEncoder:
     """The discriminator-sized (or, with ``generator=True``, generator-sized) encoder of ``cfg``."""
     if generator:
-        hidden, heads, ffn = cfg.generator_sizes()
+        (hidden, heads, ffn), layers = cfg.generator_sizes(), cfg.generator_depth
     else:
-        hidden, heads, ffn = cfg.hidden_size, cfg.num_heads, cfg.intermediate_size
-    return ElectraEncoder(embeddings, hidden_size=hidden, num_layers=cfg.num_layers, num_heads=heads,
+        (hidden, heads, ffn), layers = (cfg.hidden_size, cfg.num_heads, cfg.intermediate_size), cfg.num_layers
+    return ElectraEncoder(embeddings, hidden_size=hidden, num_layers=layers, num_heads=heads,
                           intermediate_size=ffn, hidden_dropout=cfg.hidden_dropout,
                           attention_dropout=cfg.attention_dropout, layer_norm_eps=cfg.layer_norm_eps)
 

@@ -154,6 +154,9 @@ def config_hash(cfg: ElectraConfig) -> str:
     keep = {k: d[k] for k in ("model", "objective", "optimizer", "data")}
     if keep["data"].get("weights") is None:  # one corpus: the hash runs of before mixtures saved
         del keep["data"]["weights"]
+    for key in ("generator_num_heads", "generator_intermediate_size", "generator_num_layers"):
+        if keep["model"].get(key) is None:  # derived generator sizes: the hash runs before these keys saved
+            keep["model"].pop(key, None)
     keep["seed"] = d["train"]["seed"]
     return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:16]
 

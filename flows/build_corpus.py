@@ -12,6 +12,11 @@ the command line is ``cli/build_corpus.py`` (``electra-build-corpus``).
 """
 from __future__ import annotations
 
+if __name__ == "__main__":  # the old entry `python -m flows.build_corpus`: before the imports below
+    from flows._script import point_to_command
+
+    point_to_command("build_corpus")
+
 from typing import Any
 
 from prefect import flow, get_run_logger, task

@@ -22,6 +22,11 @@ another. Results do not depend on ``workers``. Only I/O errors are retried (``OS
 """
 from __future__ import annotations
 
+if __name__ == "__main__":  # the old entry `python -m flows.evaluate`: before the imports below
+    from flows._script import point_to_command
+
+    point_to_command("evaluate")
+
 import os
 import uuid
 from contextlib import contextmanager

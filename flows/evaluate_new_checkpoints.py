@@ -30,6 +30,11 @@ Idempotent and overlap-safe:
 """
 from __future__ import annotations
 
+if __name__ == "__main__":  # the old entry `python -m flows.evaluate_new_checkpoints`: before the imports below
+    from flows._script import point_to_command
+
+    point_to_command("evaluate_new_checkpoints")
+
 from prefect import flow, get_run_logger
 from prefect.logging.handlers import APILogWorker
 from prefect.states import Failed

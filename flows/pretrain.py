@@ -11,6 +11,11 @@ any number of ranks, which is the trainer's own behaviour.
 """
 from __future__ import annotations
 
+if __name__ == "__main__":  # the old entry `python -m flows.pretrain`: before the imports below
+    from flows._script import point_to_command
+
+    point_to_command("pretrain")
+
 import os
 import subprocess
 import sys
