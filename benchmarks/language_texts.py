@@ -7,10 +7,12 @@ languages and scripts, with a redistributable licence and no network at test tim
 * ``prose``: the Debian Reference manual (``debian-reference-<lang>``), one document per section
   of its HTML pages (``/usr/share/debian-reference/*.<lang>.html``, without ``index``): the
   section's heading and its kept paragraphs joined by blank lines.
+* ``faq``: the Debian FAQ (``debian-faq-<lang>``: Korean, which the Debian Reference lacks), read
+  as ``prose`` is: its pages under ``/usr/share/doc/debian/FAQ/<lang>/`` are the same DocBook HTML.
 * ``fortune``: fortune-cookie files (``fortunes-<lang>``), one document per entry (entries are
   separated by a line holding only ``%``); short, so a kind of their own.
 
-Two groups, never mixed: ``dev`` (zh-cn, zh-tw, fr, de, es, pt, zh-fortunes, de-fortunes) is for
+Two groups, never mixed: ``dev`` (zh-cn, zh-tw, fr, de, es, pt, ko, zh-fortunes, de-fortunes) is for
 calibration and tests; ``heldout`` (ja, it, it-fortunes, ru-fortunes) is for acceptance only and
 never goes into test assets. Output: ``OUT/<group>/<lang>.jsonl``, one
 ``{"text", "source", "kind"}`` per line, in a deterministic order (files sorted by name,
@@ -30,7 +32,7 @@ A paragraph is kept (``keep_paragraph``) when it is prose in the target language
    items and lines introducing a command block end with ``:`` or nothing, and are dropped;
 3. inline ``<code>`` is at most 25% of its characters (no command lines, no lists of files);
 4. script: at least 50% of its letters are in the language's script (Han; Han+kana for ja;
-   Latin; Cyrillic), counted by ``unicodedata.name`` prefixes;
+   Latin; Cyrillic; Hangul), counted by ``unicodedata.name`` prefixes;
 5. Latin-script languages only: untranslated paragraphs are English (the translations are
    partial), so it needs >= 2 hits of the language's function words and at least twice as
    many as English function words (word lists below, minus any word both languages share).
@@ -81,6 +83,7 @@ SOURCES = {
     "pt": ("dev", "debian-reference-pt", "prose", "latin"),
     "zh-fortunes": ("dev", "fortunes-zh", "fortune", "han"),
     "de-fortunes": ("dev", "fortunes-de", "fortune", "latin"),
+    "ko": ("dev", "debian-faq-ko", "faq", "hangul"),
     "ja": ("heldout", "debian-reference-ja", "prose", "japanese"),
     "it": ("heldout", "debian-reference-it", "prose", "latin"),
     "it-fortunes": ("heldout", "fortunes-it", "fortune", "latin"),
@@ -88,7 +91,7 @@ SOURCES = {
 }
 # Unicode character-name prefixes of each script (the first word of unicodedata.name).
 SCRIPTS = {"han": ("CJK",), "japanese": ("CJK", "HIRAGANA", "KATAKANA"),
-           "latin": ("LATIN",), "cyrillic": ("CYRILLIC",)}
+           "latin": ("LATIN",), "cyrillic": ("CYRILLIC",), "hangul": ("HANGUL",)}
 CJK_SCRIPTS = {"han", "japanese"}
 _FUNCTION_WORDS = {
     "en": "the of and to is in that for are with be this it as on by you can from or not which "
@@ -252,10 +255,14 @@ class _SectionParser(HTMLParser):
             self.code += len(data.strip())
 
 
-def prose_documents(root: Path, lang: str, script: str, label: str) -> list[dict]:
+# Where each kind of manual keeps a language's HTML pages (DocBook output, one parser for both).
+PAGES = {"prose": "usr/share/debian-reference", "faq": "usr/share/doc/debian/FAQ/{lang}"}
+
+
+def prose_documents(root: Path, lang: str, script: str, label: str, kind: str = "prose") -> list[dict]:
     """One document per section of the language's HTML pages under ``root``."""
     cjk = script in CJK_SCRIPTS
-    pages = sorted(p for p in (root / "usr/share/debian-reference").glob(f"*.{lang}.html")
+    pages = sorted(p for p in (root / PAGES[kind].format(lang=lang)).glob(f"*.{lang}.html")
                    if not p.name.startswith("index."))
     docs = []
     for page in pages:
@@ -271,7 +278,7 @@ def prose_documents(root: Path, lang: str, script: str, label: str) -> list[dict
             text = "\n\n".join(([heading] if heading else []) + kept)
             if len(text) >= MIN_PROSE_CHARS["cjk" if cjk else "other"]:
                 docs.append({"text": text, "source": f"{label}:{page.name}#{anchor}",
-                             "kind": "prose"})
+                             "kind": kind})
     return docs
 
 
@@ -328,8 +335,10 @@ def extract(deb: Path, lang: str, kind: str, script: str) -> list[dict]:
     label = f"{meta['Package']}_{meta['Version']}"
     with tempfile.TemporaryDirectory() as tmp:
         subprocess.run(["dpkg-deb", "-x", str(deb), tmp], check=True)
-        read = prose_documents if kind == "prose" else fortune_documents
-        docs = read(Path(tmp), lang_of(lang) if kind == "fortune" else lang, script, label)
+        if kind == "fortune":
+            docs = fortune_documents(Path(tmp), lang_of(lang), script, label)
+        else:
+            docs = prose_documents(Path(tmp), lang, script, label, kind)
     seen, unique = set(), []
     for doc in docs:
         if doc["text"] not in seen:

@@ -139,9 +139,9 @@ class DecontaminateConfig:
 class DedupConfig:
     exact: bool = True
     near: bool = True
-    ngram: int = 5  # word n-grams (shingles)
-    # Character n-grams for a document mostly in scripts written without spaces (each character
-    # a word there: pipelines/dedup/minhash.py): as discriminating as 5 words, and robust to edits.
+    ngram: int = 5  # word n-grams (shingles) over each run of spaced words
+    # Character n-grams over each run of characters of scripts written without spaces, in the same
+    # shingle set (pipelines/dedup/minhash.py): as discriminating as 5 words, and robust to edits.
     spaceless_ngram: int = 3
     num_bands: int = 14
     rows_per_band: int = 8  # num_perm = bands * rows = 112; threshold ~ (1/b)^(1/r) ~ 0.72
@@ -162,16 +162,20 @@ class DedupConfig:
 class TokenizerConfig:
     kind: Literal["wordpiece", "unigram"] = "wordpiece"
     vocab_size: int = 30522
-    # Lower-casing and accent stripping (two switches). None, the default: True for a trained
-    # tokenizer (and a bare vocab.txt); what the files say for a pretrained tokenizer that says it
-    # (a model folder's tokenizer_config.json, a tokenizer.json's normaliser), where a value set
-    # here that contradicts them is an error (pipelines.tokenizer_pretrained).
+    # Lower-casing and accent stripping (two switches). None, the default: for a trained
+    # tokenizer (and a bare vocab.txt) lower-casing is on and accent stripping follows it, as in
+    # BERT (cased keeps accents); what the files say for a pretrained tokenizer that says it (a
+    # model folder's tokenizer_config.json, a tokenizer.json's normaliser), where a value set here
+    # that contradicts them is an error (pipelines.tokenizer_pretrained).
     lowercase: bool | None = None
     strip_accents: bool | None = None
     min_frequency: int = 2
-    # Characters the vocabulary may hold: the most frequent ones of the sample (BERT's vocabulary
-    # builders keep 1000); rarer characters encode as [UNK]. None keeps every character.
+    # Characters the vocabulary may hold (rarer ones encode as [UNK]): the limit_alphabet most
+    # frequent of the sample (BERT's vocabulary builders keep 1000; None: every character), and
+    # beyond them as many as it takes to cover character_coverage of the sample's characters
+    # (SentencePiece's rule: a text with thousands of characters keeps them; 0: the limit alone).
     limit_alphabet: int | None = 1000
+    character_coverage: float = 0.9999
     sample_bytes: int = 256 << 20  # bound on the text the tokenizer is trained on
     sample_seed: int = 12345  # which documents make up that sample
     # An existing tokenizer to use instead of training (any storage location): a tokenizer.json,
@@ -179,17 +183,25 @@ class TokenizerConfig:
     # google/electra-base-discriminator: its vocab.txt or tokenizer.json with the lower-casing of
     # its tokenizer_config.json). Which file decides: pipelines/tokenizer_pretrained.py.
     pretrained: str | None = None
+    # The build measures the share of [UNK] in the tokens of a sample of the corpus, whichever
+    # tokenizer (pipelines/tokenizer_coverage.py): above 1% it warns, above this it fails (a
+    # tokenizer that does not cover the text); raise it to build such a corpus anyway.
+    max_unk_share: float = 0.20
 
     def validate(self) -> None:
+        check(0 <= self.max_unk_share <= 1, "max_unk_share must be in [0, 1]")
         check(self.vocab_size > len(("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")),
               "vocab_size must exceed the 5 special tokens")
         check(self.limit_alphabet is None or self.limit_alphabet >= 1, "limit_alphabet must be >= 1 or null")
+        check(0 <= self.character_coverage <= 1, "character_coverage must be in [0, 1]")
 
     def resolved(self) -> TokenizerConfig:
-        """This section with the flags unset (None) made True: what a trained tokenizer and a bare
-        vocab.txt use."""
-        return dataclasses.replace(self, lowercase=self.lowercase is not False,
-                                   strip_accents=self.strip_accents is not False)
+        """This section with the flags unset (None) resolved as BERT resolves them: lower-casing
+        on, accent stripping as lower-casing (a cased tokenizer keeps its accents). What a trained
+        tokenizer and a bare vocab.txt use."""
+        lowercase = self.lowercase is not False
+        return dataclasses.replace(self, lowercase=lowercase,
+                                   strip_accents=lowercase if self.strip_accents is None else self.strip_accents)
 
 
 @dataclass
@@ -301,7 +313,7 @@ class CorpusConfig:
                 raise strict.ConfigError(f"{where}: language {language} contradicts filter.language.languages "
                                          f"{said}; give the languages once (--language)")
             raw = merge(raw, {"filter": {"language": {"languages": list(language)}}})
-        return strict.from_dict(cls, _spaceless_alphabet(raw, d), where=where)
+        return strict.from_dict(cls, raw, where=where)
 
     @property
     def languages(self) -> list[str] | None:
@@ -311,24 +323,14 @@ class CorpusConfig:
     def sections(self, names: tuple[str, ...]) -> dict[str, Any]:
         """The named sections as plain dicts (what a stage's cache key covers). A trained
         tokenizer's section holds the flags it uses (``TokenizerConfig.resolved``): leaving them
-        unset keys as setting them True, the same tokenizer."""
-        def section(n: str) -> Any:
+        unset keys as setting them to what they resolve to, the same tokenizer. Its
+        ``max_unk_share`` decides whether the stage's output is used, never what it is: left out
+        (publish applies it again to the recorded share: ``tokenizer_coverage.check_recorded``)."""
+        def section(n: str) -> dict[str, Any]:
             s = getattr(self, n)
-            return s.resolved() if isinstance(s, TokenizerConfig) and not s.pretrained else s
-        return {n: dataclasses.asdict(section(n)) for n in names}
-
-
-def _spaceless_alphabet(raw: dict[str, Any], user: dict[str, Any]) -> dict[str, Any]:
-    """A build keeping a language written without spaces (Chinese, Japanese, Thai...) trains its
-    tokenizer on every character of the sample (``tokenizer.limit_alphabet`` null), as BERT keeps
-    every CJK character, unless the user's config sets the limit: thousands of characters, not a
-    thousand, are that text's alphabet."""
-    from pipelines.language.profiles import SPACELESS_LANGUAGES
-    from pipelines.profiles import merge
-
-    filt = raw.get("filter") if isinstance(raw.get("filter"), dict) else {}
-    languages = (filt.get("language") or {}).get("languages") if isinstance(filt.get("language"), dict) else None
-    tok = user.get("tokenizer") if isinstance(user.get("tokenizer"), dict) else {}
-    if isinstance(languages, list) and any(c in SPACELESS_LANGUAGES for c in languages) and "limit_alphabet" not in tok:
-        return merge(raw, {"tokenizer": {"limit_alphabet": None}})
-    return raw
+            if not isinstance(s, TokenizerConfig):
+                return dataclasses.asdict(s)
+            d = dataclasses.asdict(s if s.pretrained else s.resolved())
+            del d["max_unk_share"]
+            return d
+        return {n: section(n) for n in names}

@@ -153,15 +153,28 @@ def write_shards(examples: Any, corpus: str, cfg: ShardConfig, *, generation: st
     return [infos[k] for k in sorted(infos, key=lambda p: (schema.SPLITS.index(infos[p].split), p))], stats
 
 
-def example_summary(table: Any) -> dict[str, dict[str, int]]:
+def example_summary(table: Any, *, unk_id: int | None = None) -> dict[str, dict[str, int]]:
     """Per split of a pyarrow block of examples: examples, tokens and documents (a document is
-    counted by its first example, ordinal 0)."""
+    counted by its first example, ordinal 0); with ``unk_id``, also the tokens of that id
+    (``unk_tokens``) and the text tokens, all but [CLS] and [SEP] (``text_tokens``: 2 a one-segment
+    example, 3 a two-segment one)."""
     import pyarrow.compute as pc
 
     if table.num_rows == 0:
         return {}
-    lengths = pc.list_value_length(table.column("input_ids")).to_numpy(zero_copy_only=False)
+    ids = table.column("input_ids")
+    lengths = pc.list_value_length(ids).to_numpy(zero_copy_only=False)
     splits = np.asarray(table.column("split").to_pylist(), dtype=object)
     first = table.column("ordinal").to_numpy(zero_copy_only=False) == 0
-    return {s: {"examples": int(np.count_nonzero(splits == s)), "tokens": int(lengths[splits == s].sum()),
-                "documents": int(np.count_nonzero(first & (splits == s)))} for s in sorted(set(splits))}
+    out = {s: {"examples": int(np.count_nonzero(splits == s)), "tokens": int(lengths[splits == s].sum()),
+               "documents": int(np.count_nonzero(first & (splits == s)))} for s in sorted(set(splits))}
+    if unk_id is not None:
+        specials = 2 + (table.column("b_start").to_numpy(zero_copy_only=False) < lengths)
+        example = np.repeat(np.arange(len(lengths)), lengths)  # each token's example
+        unknown = pc.list_flatten(ids).to_numpy(zero_copy_only=False) == unk_id
+        unk_per_example = np.bincount(example[unknown], minlength=len(lengths))
+        for s, row in out.items():
+            here = splits == s
+            row["unk_tokens"] = int(unk_per_example[here].sum())
+            row["text_tokens"] = int((lengths[here] - specials[here]).sum())
+    return out

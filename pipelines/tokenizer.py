@@ -6,11 +6,19 @@ can encode sentence pairs with the tokenizer as written:
 
 * ``wordpiece`` — BERT-style: ``BertNormalizer`` (clean text, CJK spacing, lower-casing and accent
   stripping as two independent switches), ``BertPreTokenizer``, WordPiece with ``##``
-  continuation pieces. What ELECTRA used (vocab 30522, uncased).
+  continuation pieces. What ELECTRA used (vocab 30522, uncased). Where BERT's accent stripping
+  would split or drop letters of a script the alphabet holds (Hangul, Thai, Devanagari, Arabic),
+  the same steps with a stripping that takes only Latin, Greek and Cyrillic accents
+  (``pipelines.tokenizer_accents``).
 * ``unigram`` — SentencePiece-style: NFKC, whitespace runs collapsed to one space (SentencePiece
   does the same; it also keeps pieces free of newlines so ``vocab.txt`` stays one piece per
-  line), optional lower-casing / accent stripping, ``Metaspace`` pre-tokenizer. The trainer has
-  no ``min_frequency``; that field only affects WordPiece.
+  line), optional lower-casing / that same script-safe accent stripping, ``Metaspace``
+  pre-tokenizer. The trainer has no ``min_frequency``; that field only affects WordPiece.
+
+The alphabet (the characters the vocabulary may hold; the others encode as ``[UNK]``) follows
+the text: the ``limit_alphabet`` most frequent characters, and more until they cover
+``character_coverage`` of the sample (``alphabet``), so a multilingual corpus keeps its rarer Han
+and kana without a language list.
 
 Determinism. ``tokenizers`` 0.23 training is not reproducible out of the box (tokenizers issue
 #1794; threads are not the cause, ``RAYON_NUM_THREADS=1`` does not help):
@@ -26,8 +34,7 @@ Determinism. ``tokenizers`` 0.23 training is not reproducible out of the box (to
   get a ``##`` entry, which could never be produced. Characters that only start words in the
   sample still get one (a few slots; any other word can produce it).
 * The trainer's ``limit_alphabet`` cut sorts equal counts in hash-map order. Fix: the
-  alphabet (``TokenizerConfig.limit_alphabet`` most frequent characters of the normalised
-  sample, ties by code point) is computed here and given as the trainer's initial alphabet with
+  alphabet (``alphabet``: ties by code point) is computed here and given as the trainer's initial alphabet with
   a limit of its own size, so the trainer drops exactly the other characters; they encode as
   ``[UNK]``. The Unigram trainer has no such limit: pieces with a character outside the same
   alphabet are removed after training (the vocabulary comes out that much smaller).
@@ -54,6 +61,7 @@ vocabulary does to them anyway.
 from __future__ import annotations
 
 import json
+import logging
 import unicodedata
 from collections import Counter
 from collections.abc import Iterable
@@ -65,8 +73,11 @@ from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_toke
 from common import storage
 from common.hashing import sha256_bytes
 from pipelines import schema
+from pipelines import tokenizer_accents as accents
 from pipelines.config import TokenizerConfig
 from pipelines.tokenizer_files import hf_files
+
+log = logging.getLogger(__name__)
 
 KINDS = ("wordpiece", "unigram")
 _SCORE_DECIMALS = 6
@@ -75,19 +86,16 @@ _METASPACE = "\u2581"  # the word-start marker of the Metaspace pre-tokenizer
 
 
 # ---------------------------------------------------------------- pipelines (untrained)
-def _normalizer(cfg: TokenizerConfig) -> normalizers.Normalizer:
-    if cfg.kind == "wordpiece":
-        return normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True,
-                                          strip_accents=cfg.strip_accents, lowercase=cfg.lowercase)
+def _unigram_normalizer(cfg: TokenizerConfig) -> normalizers.Normalizer:
     steps = [normalizers.NFKC(), normalizers.Replace(Regex(r"\s+"), " ")]
     if cfg.strip_accents:
-        steps += [normalizers.NFD(), normalizers.StripAccents(), normalizers.NFC()]
+        steps += accents.strip_steps()
     if cfg.lowercase:
         steps.append(normalizers.Lowercase())
     return normalizers.Sequence(steps)
 
 
-def _empty_tokenizer(cfg: TokenizerConfig) -> Tokenizer:
+def _empty_tokenizer(cfg: TokenizerConfig, normalizer: normalizers.Normalizer) -> Tokenizer:
     if cfg.kind == "wordpiece":
         tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
         tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
@@ -98,7 +106,7 @@ def _empty_tokenizer(cfg: TokenizerConfig) -> Tokenizer:
         tok.decoder = decoders.Metaspace()
     else:
         raise ValueError(f"tokenizer kind {cfg.kind!r}; expected one of {KINDS}")
-    tok.normalizer = _normalizer(cfg)
+    tok.normalizer = normalizer
     return tok
 
 
@@ -109,32 +117,65 @@ def _attach_post_processor(tok: Tokenizer) -> None:
         special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
 
 
-# ---------------------------------------------------------------- training
-def _alphabet(texts: list[str], normalizer: normalizers.Normalizer, limit: int | None, *,
-              compose: bool = False) -> list[str]:
-    """The characters the vocabulary may contain, sorted: every non-space character of the
-    normalised sample, or with ``limit`` the ``limit`` most frequent (ties by code point, so the
-    choice never depends on hash order as the trainer's own cut does).
-
-    Characters are counted raw (numpy) and each distinct one normalised alone: normalising the
-    whole sample through ``tokenizers`` is many times slower. That is exact for BertNormalizer,
-    which works character by character; NFKC composes across characters, so with ``compose`` the
-    text is NFKC-composed first (the Unigram normaliser starts with NFKC).
-    """
+# ---------------------------------------------------------------- the alphabet
+def char_counts(texts: list[str], *, compose: bool = False) -> Counter[str]:
+    """How often each character occurs in ``texts`` (numpy; with ``compose``, NFKC-composed
+    first, as the Unigram normaliser starts with NFKC)."""
     raw: Counter[str] = Counter()
     for t in texts:
         t = unicodedata.normalize("NFKC", t) if compose else t
         codes, n = np.unique(np.frombuffer(t.encode("utf-32-le", "surrogatepass"), np.uint32), return_counts=True)
         raw.update(dict(zip(map(chr, codes.tolist()), n.tolist())))
+    return raw
+
+
+def alphabet(raw: Counter[str], normalizer: normalizers.Normalizer, cfg: TokenizerConfig) -> list[str]:
+    """The characters the vocabulary may contain, sorted, from the raw character counts of the
+    sample (``char_counts``): every normalised character when ``limit_alphabet`` is null.
+
+    The normalised characters ranked by count (ties by code point, so the choice never depends on
+    hash order as the trainer's own cut does); kept: the ``limit_alphabet`` most frequent (BERT's
+    builders keep 1000) and, beyond them, as many more as it takes to cover
+    ``character_coverage`` of the sample's characters (SentencePiece's rule). The first keeps
+    every character of a small alphabet (English has ~100); the second follows a text whose
+    alphabet is large (Chinese and Japanese need thousands), whatever the language setting says.
+
+    Each distinct character is normalised alone: normalising the whole sample through
+    ``tokenizers`` is many times slower. That is exact for BertNormalizer, which works character
+    by character; a normaliser that composes (NFC, NFKC) can join characters the raw text holds
+    decomposed, which this counts apart (compose with ``char_counts(compose=True)``).
+    """
     counts: Counter[str] = Counter()
     for ch, n in raw.items():
         for c in normalizer.normalize_str(ch):
             if not c.isspace():
                 counts[c] += n
     chars = sorted(counts, key=lambda c: (-counts[c], c))
-    return sorted(chars if limit is None else chars[:limit])
+    if cfg.limit_alphabet is None:
+        return sorted(chars)
+    covered = np.cumsum([counts[c] for c in chars], dtype=np.float64)
+    need = cfg.character_coverage * (covered[-1] if len(chars) else 0)
+    by_coverage = int(np.searchsorted(covered, need - 1e-9 * max(need, 1.0))) + 1 if cfg.character_coverage else 0
+    return sorted(chars[:max(cfg.limit_alphabet, by_coverage)])
 
 
+def _wordpiece_normalizer(raw: Counter[str], cfg: TokenizerConfig) -> tuple[normalizers.Normalizer, list[str]]:
+    """BERT's normaliser, unless its accent stripping damages a script the alphabet holds
+    (``pipelines.tokenizer_accents``): then the script-safe one. And the alphabet under it."""
+    bert = accents.bert_normalizer(lowercase=cfg.lowercase, strip_accents=cfg.strip_accents)
+    if not cfg.strip_accents:
+        return bert, alphabet(raw, bert, cfg)
+    safe = accents.script_safe_bert(lowercase=cfg.lowercase)
+    chars = alphabet(raw, safe, cfg)
+    damaged = accents.bert_damages(chars, lowercase=cfg.lowercase)
+    if not damaged:
+        return bert, alphabet(raw, bert, cfg)
+    log.info("tokenizer: BERT's accent stripping would split or drop letters of %d characters of the alphabet "
+             "(%s); stripping only Latin, Greek and Cyrillic accents instead", len(damaged), accents.describe(damaged))
+    return safe, chars
+
+
+# ---------------------------------------------------------------- training
 def _continues_words(tok: Tokenizer, chars: list[str]) -> list[str]:
     """The characters that can follow another character inside a word. The others are always
     a word of their own (``BertPreTokenizer`` isolates punctuation, ``BertNormalizer`` puts
@@ -146,12 +187,14 @@ def _continues_words(tok: Tokenizer, chars: list[str]) -> list[str]:
     return [c for c in chars if joined(c)]
 
 
-def _train_wordpiece(tok: Tokenizer, texts: list[str], cfg: TokenizerConfig) -> Tokenizer:
-    alphabet = _alphabet(texts, tok.normalizer, cfg.limit_alphabet)
-    pinned = [f"##{c}" for c in _continues_words(tok, alphabet)]
+def _train_wordpiece(texts: list[str], cfg: TokenizerConfig) -> Tokenizer:
+    raw = char_counts(texts)
+    normalizer, chars = _wordpiece_normalizer(raw, cfg)
+    tok = _empty_tokenizer(cfg, normalizer)
+    pinned = [f"##{c}" for c in _continues_words(tok, chars)]
     # With a limit the chosen characters go in as the initial alphabet: the trainer ranks them
     # above every other character, so its cut removes exactly the others.
-    limit = {} if cfg.limit_alphabet is None else {"limit_alphabet": len(alphabet), "initial_alphabet": alphabet}
+    limit = {} if cfg.limit_alphabet is None else {"limit_alphabet": len(chars), "initial_alphabet": chars}
     trainer = trainers.WordPieceTrainer(
         vocab_size=cfg.vocab_size, min_frequency=cfg.min_frequency, show_progress=False,
         special_tokens=list(schema.SPECIAL_TOKENS) + pinned, continuing_subword_prefix="##", **limit)
@@ -162,7 +205,8 @@ def _train_wordpiece(tok: Tokenizer, texts: list[str], cfg: TokenizerConfig) -> 
     return Tokenizer.from_str(json.dumps(spec))
 
 
-def _train_unigram(tok: Tokenizer, texts: list[str], cfg: TokenizerConfig) -> Tokenizer:
+def _train_unigram(texts: list[str], cfg: TokenizerConfig) -> Tokenizer:
+    tok = _empty_tokenizer(cfg, _unigram_normalizer(cfg))
     trainer = trainers.UnigramTrainer(vocab_size=cfg.vocab_size, show_progress=False,
                                       special_tokens=list(schema.SPECIAL_TOKENS), unk_token="[UNK]")
     tok.train_from_iterator(texts, trainer=trainer, length=len(texts))
@@ -171,9 +215,10 @@ def _train_unigram(tok: Tokenizer, texts: list[str], cfg: TokenizerConfig) -> To
     head = [p for p in vocab if p[0] in schema.SPECIAL_TOKENS]
     rest = [[p, round(s, _SCORE_DECIMALS)] for p, s in vocab if p not in schema.SPECIAL_TOKENS]
     if cfg.limit_alphabet is not None:
+        chars = alphabet(char_counts(texts, compose=True), tok.normalizer, cfg)
         # The trainer has no alphabet limit: drop every piece with a character outside the
-        # limited alphabet, so those characters encode as [UNK] as with WordPiece.
-        allowed = set(_alphabet(texts, tok.normalizer, cfg.limit_alphabet, compose=True)) | {_METASPACE}
+        # alphabet, so those characters encode as [UNK] as with WordPiece.
+        allowed = set(chars) | {_METASPACE}
         rest = [ps for ps in rest if set(ps[0]) <= allowed]
     spec["model"]["vocab"] = head + _canonical_ladder(rest)
     spec["model"]["unk_id"] = [p for p, _ in head].index("[UNK]")
@@ -211,9 +256,10 @@ def train_tokenizer(texts: Iterable[str], cfg: TokenizerConfig, out_dir: str) ->
     texts = [t for t in texts if t]
     if not texts:
         raise ValueError("train_tokenizer: no text to train on (the corpus sample is empty)")
-    cfg = cfg.resolved()  # unset flags are True
-    tok = _empty_tokenizer(cfg)
-    tok = _train_wordpiece(tok, texts, cfg) if cfg.kind == "wordpiece" else _train_unigram(tok, texts, cfg)
+    cfg = cfg.resolved()  # unset: lower-cased, accents stripped as lower-casing says
+    if cfg.kind not in KINDS:
+        raise ValueError(f"tokenizer kind {cfg.kind!r}; expected one of {KINDS}")
+    tok = _train_wordpiece(texts, cfg) if cfg.kind == "wordpiece" else _train_unigram(texts, cfg)
     _attach_post_processor(tok)
     _check_specials(tok, where="trained tokenizer")
     return _write(tok, kind=cfg.kind, lowercase=cfg.lowercase, out_dir=out_dir)

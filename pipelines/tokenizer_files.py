@@ -18,10 +18,19 @@ from tokenizers import Tokenizer
 from pipelines import schema
 
 MODEL_MAX_LENGTH = 512
+MODEL_CONFIG = "config.json"  # a model folder's model config: its model_type can pick the tokenizer class
+
+
+# Combining Diacritical Marks (+ Extended, Supplement, for Symbols, Half Marks): the accents of
+# Latin, Greek and Cyrillic, which the script-safe accent stripping removes (a ``Replace`` of
+# this pattern after NFD: ``pipelines.tokenizer_accents``). Every other script's marks are in
+# that script's own block.
+DIACRITICS = "[\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f]"
 
 
 def normalizer_flags(tok: Tokenizer) -> tuple[bool, bool]:
-    """(lowercase, strip_accents) as the tokenizer's normaliser actually applies them."""
+    """(lowercase, strip_accents) as the tokenizer's normaliser actually applies them (BERT's
+    stripping, ``StripAccents`` or the script-safe ``Replace`` of ``DIACRITICS``)."""
     if tok.normalizer is None:
         return False, False
     spec = json.loads(tok.normalizer.__getstate__())
@@ -33,9 +42,33 @@ def normalizer_flags(tok: Tokenizer) -> tuple[bool, bool]:
             accents = step.get("strip_accents")
             strip = strip or bool(step.get("lowercase") if accents is None else accents)
         lowercase = lowercase or step.get("type") == "Lowercase"
-        strip = strip or step.get("type") == "StripAccents"
+        strip = strip or step.get("type") == "StripAccents" or (
+            step.get("type") == "Replace" and step.get("pattern") == {"Regex": DIACRITICS} and not step.get("content"))
     return lowercase, strip
 
+
+
+# transformers classes that build BERT's WordPiece pipeline from a vocabulary (all one class in 5),
+# and the model types (a model folder's config.json) for which AutoTokenizer picks that class when
+# tokenizer_config.json names none (transformers' TOKENIZER_MAPPING_NAMES, text encoders).
+BERT_CLASSES = frozenset({"BertTokenizer", "BertTokenizerFast", "ElectraTokenizer", "ElectraTokenizerFast"})
+BERT_MODEL_TYPES = frozenset({"bert", "convbert", "distilbert", "electra", "ernie", "layoutlm", "megatron-bert",
+                              "nezha", "nomic_bert", "qdqbert", "realm", "retribert", "squeezebert"})
+
+
+def folder_class(tokenizer_config: dict[str, Any], model_config: dict[str, Any] | None) -> tuple[str | None, str]:
+    """The tokenizer class ``AutoTokenizer`` uses for a model folder, and which file says so:
+    tokenizer_config.json's ``tokenizer_class``; else, for a model type of ``BERT_MODEL_TYPES``
+    in config.json, ``BertTokenizer``; else ``model_type:<type>`` (another family's class); else
+    None (transformers then uses tokenizer.json as it is)."""
+    cls = tokenizer_config.get("tokenizer_class")
+    if cls:
+        return cls, f"{schema.TOKENIZER_CONFIG} (tokenizer_class={json.dumps(cls)})"
+    model_type = (model_config or {}).get("model_type")
+    if isinstance(model_type, str) and model_type:
+        said = f"{MODEL_CONFIG} (model_type={json.dumps(model_type)})"
+        return ("BertTokenizer" if model_type in BERT_MODEL_TYPES else f"model_type:{model_type}"), said
+    return None, f"no tokenizer class ({schema.TOKENIZER_CONFIG} names none, no {MODEL_CONFIG} model_type)"
 
 
 # transformers' BertTokenizer (= BertTokenizerFast, ElectraTokenizer, ElectraTokenizerFast in

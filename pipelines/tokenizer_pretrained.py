@@ -7,28 +7,39 @@ work) and in the stage, which writes the result (``load_pretrained``).
 
 A file. ``*.json`` is a ``tokenizers`` tokenizer.json, used as it is: its normaliser decides
 lower-casing. Anything else is a BERT vocab.txt (a token per line, the id is the line number),
-made into BERT's pipeline with the config's flags (unset: True, ELECTRA's uncased default).
+made into BERT's pipeline with the config's flags (unset: lower-cased, ELECTRA's uncased default;
+accent stripping follows lower-casing unless set, as transformers' BertTokenizer).
 
 A folder (a location ending in ``/``, or one the store calls a directory): what a user downloads
 for a released model such as google/electra-base-discriminator (config.json, weights, vocab.txt,
 tokenizer.json, tokenizer_config.json, special_tokens_map.json). Only tokenizer_config.json,
-vocab.txt and tokenizer.json are read, each by name (no listing: an https folder works too). The
-aim is transformers' ids for the folder (``AutoTokenizer`` / ``ElectraTokenizerFast.from_pretrained``):
+vocab.txt, tokenizer.json and (when tokenizer_config.json names no class) config.json are read,
+each by name (no listing: an https folder works too). The aim is transformers' ids for the folder
+(``AutoTokenizer`` / ``ElectraTokenizerFast.from_pretrained``). The class is AutoTokenizer's
+(``tokenizer_files.folder_class``): tokenizer_config.json's ``tokenizer_class``; else BERT's for a
+BERT-family ``model_type`` in config.json (electra, bert, ...); else none, and then transformers
+uses tokenizer.json as it is.
 
-1. vocab.txt, when tokenizer_config.json names a BERT-family class (``BERT_CLASSES``) or none, or
-   when there is no tokenizer.json: BERT's WordPiece pipeline built from it, with transformers'
-   BertTokenizer flags from tokenizer_config.json (``bert_flags``): ``do_lower_case`` (absent:
-   True), ``strip_accents`` (null or absent: follows do_lower_case), ``tokenize_chinese_chars``
-   (absent: True). That is the pipeline transformers 5 rebuilds for these classes, with the
-   vocabulary of tokenizer.json when the folder has one: a tokenizer.json beside the vocab.txt
-   must hold the same vocabulary, else the folder is refused (two answers, no right one).
-2. Otherwise tokenizer.json, as it is. A tokenizer_config.json that contradicts its normaliser is
-   refused in one line rather than followed: transformers' answer then depends on the class (the
-   BERT classes rebuild the normaliser from the config's flags, the generic class keeps the
-   file's), and a folder at odds with itself is more likely broken than meant. With a BERT-family
-   class the file must be a BERT WordPiece with the flags above; with another class, a
-   ``do_lower_case`` / ``strip_accents`` the config states must agree.
+1. vocab.txt, when the class is BERT's, or when there is no tokenizer.json: BERT's WordPiece
+   pipeline built from it, with transformers' BertTokenizer flags from tokenizer_config.json
+   (``bert_flags``): ``do_lower_case`` (absent: True), ``strip_accents`` (null or absent: follows
+   do_lower_case), ``tokenize_chinese_chars`` (absent: True). That is the pipeline transformers 5
+   rebuilds for these classes, with the vocabulary of tokenizer.json when the folder has one: a
+   tokenizer.json beside the vocab.txt must hold the same vocabulary, else the folder is refused
+   (two answers, no right one).
+2. Otherwise tokenizer.json, as it is. A class or a tokenizer_config.json that contradicts its
+   normaliser is refused in one line rather than followed: transformers' answer then depends on
+   the class (the BERT classes rebuild the normaliser from the config's flags, or their defaults
+   when it has none; the generic class keeps the file's), and a folder at odds with itself is
+   more likely broken than meant. With a BERT class the file must be a BERT WordPiece with the
+   flags above; with another class, a ``do_lower_case`` / ``strip_accents`` the config states
+   must agree.
 3. Neither file: refused in one line naming what was looked for.
+
+Scripts. A BERT normaliser that strips accents splits Hangul into jamo and drops Thai, Indic and
+Arabic marks (``pipelines.tokenizer_accents``). transformers does the same with the folder, so
+the corpus keeps the released model's ids; the tokens of its vocabulary that this makes
+unreachable are reported (``Pretrained.warnings``).
 
 Flags. Lower-casing and accent stripping of a folder or a tokenizer.json are theirs, never our
 config's defaults (``TokenizerConfig.lowercase/strip_accents`` are None unless set). A value the
@@ -40,9 +51,10 @@ Special tokens keep the vocabulary's ids (released BERT/ELECTRA vocabularies hav
 them from there; only [PAD] must be 0. As in transformers they are added tokens, so "[MASK]" in
 raw text is the mask token, not "[", "mask", "]".
 
-Identity (``Pretrained.fingerprint``): the sha256 of each file read (an absent one counts as
-absent), which of them the tokenizer comes from and ``FORMAT``, never the location: an edited
-or completed folder rebuilds the tokenizer; a moved one does not.
+Identity (``Pretrained.fingerprint``): the sha256 of each tokenizer file read (an absent one
+counts as absent), config.json's ``model_type`` where it picked the class, which file the
+tokenizer comes from and ``FORMAT``, never the location: an edited or completed folder rebuilds
+the tokenizer; a moved one does not.
 """
 from __future__ import annotations
 
@@ -56,17 +68,18 @@ from common import storage
 from common.config import ConfigError
 from common.hashing import sha256_bytes
 from pipelines import schema
+from pipelines import tokenizer_accents as accents
 from pipelines.config import TokenizerConfig
 from pipelines.tokenizer import _attach_post_processor, _check_specials, _write
-from pipelines.tokenizer_files import is_bert_compatible, normalizer_flags, spec as _spec
+from pipelines.tokenizer_files import (BERT_CLASSES, MODEL_CONFIG, folder_class, is_bert_compatible,
+                                       normalizer_flags, spec as _spec)
 
-# transformers classes that build BERT's WordPiece pipeline from a vocabulary (all one class in 5).
-BERT_CLASSES = frozenset({"BertTokenizer", "BertTokenizerFast", "ElectraTokenizer", "ElectraTokenizerFast"})
 CONFIG, VOCAB, JSON = schema.TOKENIZER_CONFIG, schema.VOCAB_TXT, schema.TOKENIZER_JSON
 FOLDER_FILES = (VOCAB, JSON, CONFIG)  # read from a folder, in the order the error lists them
 # Bump when the same files would give another tokenizer (2: folders; a vocab.txt's special
-# tokens became added tokens): it is in the fingerprint, so the tokenizer is rebuilt.
-FORMAT = 2
+# tokens became added tokens; 3: config.json's model_type picks the class, as in AutoTokenizer):
+# it is in the fingerprint, so the tokenizer is rebuilt.
+FORMAT = 3
 
 
 @dataclass(frozen=True)
@@ -86,11 +99,13 @@ class Pretrained:
     lowercase: bool  # what its normaliser does
     strip_accents: bool
     files: dict[str, str | None] = field(default_factory=dict)  # each file read -> sha256, None if absent
+    model_type: str | None = None  # a folder's config.json model_type, where it picked the class
+    warnings: list[str] = field(default_factory=list)  # what the build reports about it
 
     @property
     def fingerprint(self) -> dict[str, Any]:
         """What decides the tokenizer, for the stage key."""
-        return {"format": FORMAT, "used": self.used, "files": self.files}
+        return {"format": FORMAT, "used": self.used, "files": self.files, "model_type": self.model_type}
 
 
 def _js(value: Any) -> str:
@@ -192,16 +207,19 @@ def _stated(config: dict[str, Any]) -> str:
     return ", ".join(f"{k}={_js(config[k])}" for k in keys if k in config) or "no flags"
 
 
-def _check_json_against_config(tok: Tokenizer, config: dict[str, Any], config_path: str, json_path: str) -> None:
-    """Rule 2 of the module docstring: a tokenizer.json used as it is must agree with the
-    folder's tokenizer_config.json."""
-    cls = config.get("tokenizer_class")
+def _check_json_against_config(tok: Tokenizer, config: dict[str, Any], cls: str | None, *, config_path: str,
+                               class_from: str, json_path: str) -> None:
+    """Rule 2 of the module docstring: a tokenizer.json used as it is must agree with the class
+    transformers picks (``cls``; ``class_from``: the file that names it) and the folder's
+    tokenizer_config.json (at ``config_path``)."""
     lowercase, strip = normalizer_flags(tok)
     got = {"do_lower_case": lowercase, "strip_accents": strip}
+    by_model_type = not config.get("tokenizer_class")
+    fix = f"name the class in {CONFIG} (tokenizer_class)" if by_model_type else "fix tokenizer_class"
     if cls in BERT_CLASSES:
         if not is_bert_compatible(tok):
-            raise ValueError(f"{config_path} names {cls}, but {json_path} is not a BERT WordPiece tokenizer "
-                             f"(transformers' {cls} would rebuild one from its vocabulary): fix tokenizer_class")
+            raise ValueError(f"{class_from} names {cls}, but {json_path} is not a BERT WordPiece tokenizer "
+                             f"(transformers' {cls} would rebuild one from its vocabulary): {fix}")
         flags = bert_flags(config, config_path)
         want = {"do_lower_case": flags.lowercase, "strip_accents": flags.strip_accents,
                 "tokenize_chinese_chars": flags.chinese_chars}
@@ -209,11 +227,16 @@ def _check_json_against_config(tok: Tokenizer, config: dict[str, Any], config_pa
     else:
         want = {k: config[k] for k in ("do_lower_case", "strip_accents") if config.get(k) is not None}
     wrong = [k for k in want if want[k] != got[k]]
-    if wrong:
-        raise ValueError(f"{config_path} ({_stated(config)}) contradicts {json_path}, whose normaliser gives "
-                         + ", ".join(f"{k}={_js(got[k])}" for k in wrong)
-                         + ": transformers' BERT classes follow the config, the others the normaliser; "
-                           "make the two files agree")
+    if not wrong:
+        return
+    gives = ", ".join(f"{k}={_js(got[k])}" for k in wrong)
+    if by_model_type and cls in BERT_CLASSES:  # the class comes from config.json, the flags from defaults
+        stated = f"{config_path} ({_stated(config)})" if config else f"its defaults ({CONFIG} is absent)"
+        raise ValueError(f"{class_from} makes transformers use {cls} with {stated}, but {json_path}'s normaliser "
+                         f"gives {gives}: state tokenizer_class and the flags in {CONFIG}")
+    raise ValueError(f"{config_path} ({_stated(config)}) contradicts {json_path}, whose normaliser gives {gives}: "
+                     "transformers' BERT classes follow the config, the others the normaliser; make the two files "
+                     "agree")
 
 
 # ---------------------------------------------------------------- opening a location
@@ -235,9 +258,20 @@ def _open_file(location: str, cfg: TokenizerConfig) -> Pretrained:
         lowercase, strip = normalizer_flags(tok)
         _check_user_flags(cfg, lowercase, strip, f"{location}'s normaliser")
         return Pretrained(location, tok, JSON, lowercase, strip, files)
-    flags = cfg.resolved()  # a bare vocab.txt says nothing: the config decides, unset = True
+    flags = cfg.resolved()  # a bare vocab.txt says nothing: the config decides, as BertTokenizer's defaults
     tok = wordpiece_from_vocab(parse_vocab_txt(location, data), BertFlags(flags.lowercase, flags.strip_accents))
     return Pretrained(location, tok, VOCAB, flags.lowercase, flags.strip_accents, files)
+
+
+def _model_config(location: str) -> dict[str, Any] | None:
+    """The folder's config.json as a mapping (None when absent or not a JSON object)."""
+    path = storage.join(location, MODEL_CONFIG)
+    data = _read(path, optional=True)
+    try:
+        model = json.loads(data.decode("utf-8")) if data is not None else None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}: invalid JSON ({exc})") from exc
+    return model if isinstance(model, dict) else None
 
 
 def _open_folder(location: str, cfg: TokenizerConfig) -> Pretrained:
@@ -245,10 +279,14 @@ def _open_folder(location: str, cfg: TokenizerConfig) -> Pretrained:
     data = {name: _read(path[name], optional=True) for name in FOLDER_FILES}
     files = {name: None if b is None else sha256_bytes(b) for name, b in data.items()}
     config = read_tokenizer_config(path[CONFIG], data[CONFIG])
-    bert_class = config.get("tokenizer_class") in BERT_CLASSES | {None}
-    config_says = f"{path[CONFIG]} ({_stated(config)})" if data[CONFIG] is not None else \
-        f"the BertTokenizer defaults ({path[CONFIG]} is absent)"
-    if data[VOCAB] is not None and (bert_class or data[JSON] is None):
+    model = None if config.get("tokenizer_class") else _model_config(location)
+    cls, said = folder_class(config, model)
+    model_type = None if config.get("tokenizer_class") or not model else model.get("model_type")
+    if data[CONFIG] is not None:
+        config_says = f"{path[CONFIG]} ({_stated(config)})"
+    else:
+        config_says = f"the BertTokenizer defaults ({path[CONFIG]} is absent)"
+    if data[VOCAB] is not None and (cls in BERT_CLASSES or data[JSON] is None):
         flags = bert_flags(config, path[CONFIG])
         vocab = parse_vocab_txt(path[VOCAB], data[VOCAB])
         if data[JSON] is not None:  # transformers would take the vocabulary from tokenizer.json
@@ -259,14 +297,15 @@ def _open_folder(location: str, cfg: TokenizerConfig) -> Pretrained:
         tok, used, decided_by = wordpiece_from_vocab(vocab, flags), VOCAB, config_says
     elif data[JSON] is not None:
         tok, used, decided_by = parse_tokenizer_json(path[JSON], data[JSON]), JSON, f"{path[JSON]}'s normaliser"
-        if config:
-            _check_json_against_config(tok, config, path[CONFIG], path[JSON])
+        if config or cls in BERT_CLASSES:
+            _check_json_against_config(tok, config, cls, config_path=path[CONFIG], json_path=path[JSON],
+                                       class_from=storage.join(location, said))
     else:
         raise FileNotFoundError(f"{location}: no pretrained tokenizer in this folder (looked for {VOCAB} and "
                                 f"{JSON}, beside {CONFIG}; found neither)")
     lowercase, strip = normalizer_flags(tok)
     _check_user_flags(cfg, lowercase, strip, decided_by)
-    return Pretrained(location, tok, used, lowercase, strip, files)
+    return Pretrained(location, tok, used, lowercase, strip, files, model_type=model_type)
 
 
 def open_pretrained(location: str, cfg: TokenizerConfig) -> Pretrained:
@@ -281,12 +320,37 @@ def open_pretrained(location: str, cfg: TokenizerConfig) -> Pretrained:
     _check_specials(pre.tokenizer, where=location)
     if pre.tokenizer.post_processor is None:
         _attach_post_processor(pre.tokenizer)
+    pre.warnings += script_warnings(pre)
     return pre
+
+
+def script_warnings(pre: Pretrained) -> list[str]:
+    """One line when the tokenizer's accent stripping splits or drops letters that its own
+    vocabulary holds (Hangul syllables, Thai or Devanagari vowel signs: module docstring)."""
+    if not pre.strip_accents:
+        return []
+    tok, safe = pre.tokenizer, accents.script_safe_bert(lowercase=pre.lowercase)
+    specials = {t.content for t in tok.get_added_tokens_decoder().values()}
+    tokens = [t for t in tok.get_vocab(with_added_tokens=False) if t not in specials]
+    chars = {c for t in tokens for c in t.removeprefix("##")}
+    damaged = {c for c in chars if tok.normalizer.normalize_str(c).strip() != safe.normalize_str(c).strip()}
+    if not damaged:
+        return []
+    hit = sorted(t for t in tokens if damaged & set(t.removeprefix("##")))
+    return [f"tokenizer.pretrained={pre.location}: its normaliser strips accents as BERT does, which splits "
+            f"Hangul syllables into jamo and drops Thai, Indic and Arabic vowel signs and marks: {len(hit)} of its "
+            f"{len(tokens)} tokens hold such characters and can never be produced ({accents.describe(sorted(damaged))}); "
+            "transformers applies it the same way, so the corpus keeps the model's ids, but text in those scripts "
+            "is split or loses those marks"]
 
 
 def load_pretrained(path: str, cfg: TokenizerConfig, out_dir: str) -> schema.TokenizerInfo:
     """Use an existing tokenizer instead of training one: a ``tokenizer.json``, a BERT
     ``vocab.txt`` or a Hugging Face model folder, any storage location (``open_pretrained``);
     its files are written to ``out_dir`` as a trained one's are."""
-    pre = open_pretrained(path, cfg)
+    return write_pretrained(open_pretrained(path, cfg), out_dir)
+
+
+def write_pretrained(pre: Pretrained, out_dir: str) -> schema.TokenizerInfo:
+    """``pre``'s tokenizer files written to ``out_dir`` as a trained one's are."""
     return _write(pre.tokenizer, kind="pretrained", lowercase=pre.lowercase, out_dir=out_dir)

@@ -16,8 +16,14 @@ determinism fixes; a test compares the task's tokenizer with one trained in-proc
 to it as Python objects (~280 MB at the default 256 MB bound), and on a cluster the driver is
 often the head node, the smallest machine. The task holds the sample once (it is bounded), the
 trainer's counts, and nothing else.
+
+Coverage. The same task then encodes the first ``tokenizer_coverage.MEASURE_BYTES`` of the sample
+(chosen as above, with that bound) with the tokenizer it wrote, read back from the store, and
+returns the [UNK] share and bytes per token (``pipelines.tokenizer_coverage``): no second read.
 """
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -63,6 +69,11 @@ def write_sample(parts: Parts, *, max_bytes: int, seed: int, total_bytes: int, f
 def chosen_texts(sample: Parts, max_bytes: int) -> list[str]:
     """The sample's texts: in hash order up to ``max_bytes`` (a smaller document further on may
     still fit), then sorted by uid. Runs where it is called: in the training task."""
+    return choose(read_sample(sample), max_bytes)
+
+
+def read_sample(sample: Parts) -> pa.Table | None:
+    """The sample's candidate rows (uid, h, text), or None when there are none."""
     import pyarrow.parquet as pq
 
     # Every part whole, READ_BATCH at a time as concurrent GETs (one part per read task of the
@@ -77,32 +88,54 @@ def chosen_texts(sample: Parts, max_bytes: int) -> list[str]:
                 raise storage.StorageError(f"{storage.join(sample.folder, f['name'])}: {len(blob)} bytes on the "
                                            f"store, {f['bytes']} written")
             tables.append(pq.read_table(pa.BufferReader(blob)))
-    if not tables:
+    return pa.concat_tables(tables) if tables else None
+
+
+def choose(table: pa.Table | None, max_bytes: int) -> list[str]:
+    """``chosen_texts`` of the candidate rows ``read_sample`` read: only the chosen texts become
+    Python strings (the training task chooses twice: the training sample and, smaller, the
+    coverage sample)."""
+    import pyarrow.compute as pc
+
+    if table is None:
         return []
-    table = pa.concat_tables(tables)
     uid = table.column("uid").to_numpy().astype(np.int64)
     h = table.column("h").to_numpy().view(np.uint64)
-    texts = table.column("text").to_pylist()
+    sizes = pc.binary_length(table.column("text")).to_numpy(zero_copy_only=False).tolist()  # UTF-8 bytes
     chosen, used = [], 0
-    for i in np.lexsort((uid, h)):
-        n = len(texts[i].encode("utf-8", "surrogatepass"))
-        if used + n <= max_bytes:
+    for i in np.lexsort((uid, h)).tolist():
+        if used + sizes[i] <= max_bytes:
             chosen.append(i)
-            used += n
+            used += sizes[i]
     chosen.sort(key=lambda i: uid[i])
-    return [texts[i] for i in chosen]
+    return table.column("text").take(pa.array(chosen, pa.int64())).to_pylist()
 
 
-def _train(sample: Parts, cfg: TokenizerConfig, out_dir: str) -> tuple[schema.TokenizerInfo, int]:
+def _train(sample: Parts, cfg: TokenizerConfig, out_dir: str, measure_bytes: int) -> tuple[Any, ...]:
     from pipelines.tokenizer import train_tokenizer
+    from pipelines.tokenizer_coverage import Coverage, measure_written
 
-    texts = chosen_texts(sample, cfg.sample_bytes)
-    return train_tokenizer(texts, cfg, out_dir), sum(len(t.encode("utf-8", "surrogatepass")) for t in texts)
+    table = read_sample(sample)
+    texts = choose(table, cfg.sample_bytes)
+    info = train_tokenizer(texts, cfg, out_dir)
+    used = sum(len(t.encode("utf-8", "surrogatepass")) for t in texts)
+    del texts
+    coverage = measure_written(out_dir, choose(table, measure_bytes)) if measure_bytes > 0 else Coverage()
+    return info, used, coverage
 
 
 def train_on_sample(sample: Parts, cfg: TokenizerConfig, out_dir: str) -> tuple[schema.TokenizerInfo, int]:
     """Train in one Ray task on ``sample`` and write the tokenizer to ``out_dir``; returns its
     info and the bytes of text it was trained on."""
+    info, used, _ = train_and_measure(sample, cfg, out_dir, measure_bytes=0)
+    return info, used
+
+
+def train_and_measure(sample: Parts, cfg: TokenizerConfig, out_dir: str, *,
+                      measure_bytes: int) -> tuple[schema.TokenizerInfo, int, Any]:
+    """``train_on_sample``, and in the same task the written tokenizer's coverage
+    (``tokenizer_coverage.Coverage``) on the first ``measure_bytes`` of the sample in hash order
+    (chosen as ``measure_sample`` chooses a pretrained tokenizer's)."""
     import ray
 
     # The CPUs of the largest node alive (a task cannot span nodes); at least one, which an
@@ -112,4 +145,20 @@ def train_on_sample(sample: Parts, cfg: TokenizerConfig, out_dir: str) -> tuple[
     env = {"RAYON_NUM_THREADS": str(threads), "TOKENIZERS_PARALLELISM": "true" if threads > 1 else "false"}
     task = ray.remote(_train).options(num_cpus=threads, max_retries=2, retry_exceptions=[storage.StorageError],
                                       runtime_env={"env_vars": env})
-    return ray.get(task.remote(sample, cfg, out_dir))
+    return ray.get(task.remote(sample, cfg, out_dir, int(measure_bytes)))
+
+
+def _measure(sample: Parts, out_dir: str, max_bytes: int) -> Any:
+    from pipelines.tokenizer_coverage import measure_written
+
+    return measure_written(out_dir, chosen_texts(sample, max_bytes))
+
+
+def measure_sample(sample: Parts, out_dir: str, max_bytes: int) -> Any:
+    """The coverage (``tokenizer_coverage.Coverage``) of the tokenizer written to ``out_dir`` on
+    the first ``max_bytes`` of ``sample`` in hash order (``chosen_texts``), in one Ray task of one
+    CPU: a pretrained tokenizer's measurement."""
+    import ray
+
+    task = ray.remote(_measure).options(num_cpus=1, max_retries=2, retry_exceptions=[storage.StorageError])
+    return ray.get(task.remote(sample, out_dir, int(max_bytes)))

@@ -81,9 +81,6 @@ TABLE: dict[str, Profile] = {p.code: p for p in (
 
 # What an uncalibrated language changes: the repetition block keeps its line/paragraph rules only.
 UNCALIBRATED = {"gopher_repetition": {"top_n_grams": [], "dup_n_grams": []}}
-# Languages written without spaces between words: their tokenizer keeps every character of the
-# sample (tokenizer.limit_alphabet null) unless the config says otherwise (CorpusConfig.from_dict).
-SPACELESS_LANGUAGES = ("zh", "ja", "th", "lo", "km", "my", "bo")
 
 
 def profile_for(code: str) -> Profile:

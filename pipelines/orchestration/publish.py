@@ -52,10 +52,29 @@ def summary(results: dict[str, StageResult]) -> dict[str, Any]:
             "dropped_by_reason": dict(sorted(dropped.items())),
             "exact_duplicates": dropped.get("dedup:exact", 0), "near_duplicates": dropped.get("dedup:near", 0),
             "tokens": results["pack"].stats.get("tokens", 0),
-            "bytes_per_token": results["shard"].stats.get("bytes_per_token")}
+            "bytes_per_token": results["shard"].stats.get("bytes_per_token"),
+            # The tokenizer's coverage (``pipelines.tokenizer_coverage``): the [UNK] share of the
+            # tokenizer stage's sample and, exact, of each split's examples (their tokens but [CLS]
+            # and [SEP]); the sample's UTF-8 bytes of text per token. None where older code ran.
+            "unk_share": {"sample": results["tokenizer"].stats.get("unk_share"),
+                          **{split: unk_share(s) for split, s in results["pack"].stats.get("splits", {}).items()}},
+            "text_bytes_per_token": results["tokenizer"].stats.get("bytes_per_token")}
+
+
+def unk_share(split: dict[str, Any]) -> float | None:
+    """The [UNK] share of a split's text tokens (its tokens but [CLS] and [SEP]), as the pack
+    stage counted them; None when it did not."""
+    if "unk_tokens" not in split:
+        return None
+    return round(split["unk_tokens"] / split["text_tokens"], 6) if split.get("text_tokens") else 0.0
 
 
 def manifest_of(build: CorpusBuild, results: dict[str, StageResult]) -> schema.Manifest:
+    from pipelines.tokenizer_coverage import check_recorded
+
+    # The tokenizer stage applied tokenizer.max_unk_share when it ran; a cached one is checked
+    # against this build's threshold too.
+    check_recorded(results["tokenizer"].stats, build.cfg.tokenizer)
     shards = [schema.ShardInfo(**s) for s in results["shard"].product["shards"]]
     documents = {s: v.get("documents", 0) for s, v in results["pack"].stats.get("splits", {}).items()}
     splits = {}
@@ -76,8 +95,8 @@ def manifest_of(build: CorpusBuild, results: dict[str, StageResult]) -> schema.M
                            splits=splits, shards=shards, stats=stats, config=build.cfg.to_dict(),
                            rejected_lists=rejected, generation=results["shard"].key, build_key=build.build_key,
                            languages=results["filter"].stats.get("languages", {}),
-                           warnings=list(results["filter"].stats.get("warnings", []))
-                           + list(results["pack"].stats.get("warnings", [])),
+                           warnings=[w for name in ("filter", "tokenizer", "pack")
+                                     for w in results[name].stats.get("warnings", [])],
                            decontamination=results["filter"].stats.get("decontamination", {}))
 
 

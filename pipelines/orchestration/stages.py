@@ -51,7 +51,7 @@ from pipelines.ingest.boilerplate import REASONS as BOILERPLATE_REASONS
 from pipelines.orchestration.drop_report import NothingKept, ingest_report, report
 
 log = logging.getLogger("pipelines.orchestration.stages")
-CODE_VERSION = "7"  # bump when a stage's output format or algorithm changes
+CODE_VERSION = "8"  # bump when a stage's output format or algorithm changes
 
 
 def _versions() -> dict[str, str]:
@@ -262,29 +262,42 @@ def tokenizer_folder(key: str) -> str:
 
 
 def _tokenizer(run: StageRun) -> dict[str, Any]:
+    """Train or load the tokenizer, and measure its [UNK] share and bytes per token on the first
+    4 MB of the sample (``pipelines.tokenizer_coverage``): a warning above 1%, an error above
+    ``tokenizer.max_unk_share``, before pack encodes the corpus with it."""
+    from pipelines.tokenizer_coverage import MEASURE_BYTES, review
+    from pipelines.tokenizer_sample import measure_sample, train_and_measure, write_sample
+
     cfg = run.cfg.tokenizer
     if run.inputs["near_dedup"].stats["documents_out"] == 0:  # ingest and filter say why first
         raise NothingKept(f"no documents reached the tokenizer; the reasons are in {run.corpus}/"
                           f"{schema.REJECTED_DIR}/")
     rel = tokenizer_folder(run.key)
     out = storage.join(run.corpus, rel)
+    total = run.inputs["near_dedup"].stats["bytes_out"]
+    # The sample is chosen by a hash of (sample_seed, uid): a pretrained tokenizer is measured on
+    # the documents a trained one would be.
+    sample = write_sample(run.parts("near_dedup"), max_bytes=MEASURE_BYTES if cfg.pretrained else cfg.sample_bytes,
+                          seed=cfg.sample_seed, total_bytes=total, folder=storage.join(run.work, "sample"))
+    warnings: list[str] = []
     if cfg.pretrained:
-        from pipelines.tokenizer_pretrained import load_pretrained
+        from pipelines.tokenizer_pretrained import open_pretrained, write_pretrained
 
-        info, sample_bytes = load_pretrained(cfg.pretrained, cfg, out), 0
+        pre = open_pretrained(cfg.pretrained, cfg)
+        info, sample_bytes, warnings = write_pretrained(pre, out), 0, pre.warnings
+        coverage = measure_sample(sample, out, MEASURE_BYTES)
     else:
-        from pipelines.tokenizer_sample import train_on_sample, write_sample
-
-        total = run.inputs["near_dedup"].stats["bytes_out"]
-        sample = write_sample(run.parts("near_dedup"), max_bytes=cfg.sample_bytes, seed=cfg.sample_seed,
-                              total_bytes=total, folder=storage.join(run.work, "sample"))
         # Training is one Ray task with no progress of its own: say what it starts on.
         log.info("tokenizer: training a %s vocabulary of %d on a sample of up to %.1f MB of the corpus's "
                  "%.1f MB (%d parts)", cfg.kind, cfg.vocab_size, min(cfg.sample_bytes, total) / 1e6, total / 1e6,
                  len(sample.files))
-        info, sample_bytes = train_on_sample(sample, cfg, out)
+        info, sample_bytes, coverage = train_and_measure(sample, cfg, out, measure_bytes=MEASURE_BYTES)
     info.path = rel
-    return {"stats": {"vocab_size": info.vocab_size, "sha256": info.sha256, "sample_bytes": sample_bytes},
+    log.info("tokenizer: %.2f%% [UNK], %.2f bytes per token on a %.1f MB sample of %d documents (%.1f s)",
+             100 * coverage.unk_share, coverage.bytes_per_token or 0, coverage.bytes / 1e6, coverage.texts,
+             coverage.seconds)
+    return {"stats": {"vocab_size": info.vocab_size, "sha256": info.sha256, "sample_bytes": sample_bytes,
+                      **coverage.record(), "warnings": warnings + review(coverage, cfg, info.vocab_size)},
             "product": {"tokenizer": dataclasses.asdict(info)}}
 
 
@@ -361,6 +374,14 @@ def _pack_rows(table: Any, index: int, *, tokenizer_uri: str, cfg_json: str, bat
     return pa.concat_tables(out) if len(out) > 1 else out[0]
 
 
+def _unk_id(tokenizer_uri: str) -> int | None:
+    from tokenizers import Tokenizer
+
+    from pipelines.tokenizer_coverage import unk_id
+
+    return unk_id(Tokenizer.from_str(storage.read_text(tokenizer_uri)))
+
+
 def _pack(run: StageRun) -> dict[str, Any]:
     from pipelines.pack import empty_split_warnings, fill, fill_warnings
     from pipelines.shard import example_summary
@@ -371,10 +392,13 @@ def _pack(run: StageRun) -> dict[str, Any]:
     batch_docs = int(max(1, min(PACK_BATCH_DOCS, PACK_BATCH_BYTES // max(mean_doc, 1))))
     # In the read tasks (plain tasks), not an actor pool: an actor pool holding every CPU starves
     # the read tasks feeding it on a 1-CPU cluster and deadlocks.
+    tokenizer_uri = schema.tokenizer_json(run.corpus, tok["path"])
     examples = run.parts("near_dedup").read(transform=_pack_rows, transform_kwargs={
-        "tokenizer_uri": schema.tokenizer_json(run.corpus, tok["path"]), "batch_docs": batch_docs,
+        "tokenizer_uri": tokenizer_uri, "batch_docs": batch_docs,
         "cfg_json": json.dumps(dataclasses.asdict(run.cfg.pack), sort_keys=True)})
-    out = parts.write_examples(examples, data=run.data, summarise=example_summary)
+    # Every split's [UNK] tokens are counted as its examples are written (the exact share).
+    out = parts.write_examples(examples, data=run.data,
+                               summarise=functools.partial(example_summary, unk_id=_unk_id(tokenizer_uri)))
     splits = out["splits"]
     documents_in = run.inputs["near_dedup"].stats["documents_out"]
     stats = {"splits": splits, "examples": sum(s["examples"] for s in splits.values()),

@@ -29,8 +29,9 @@ def markdown(manifest: schema.Manifest) -> str:
     for split, info in manifest.splits.items():
         lines.append(f"- **{split}**: {info.num_documents} documents, {info.num_examples} examples, "
                      f"{info.num_tokens} tokens, fill {info.fill:.1%}, {len(manifest.shards_for(split))} shards")
+    coverage = coverage_line(manifest.stats)
     lines.append(f"- tokenizer: {manifest.tokenizer.kind}, vocab {manifest.tokenizer.vocab_size}, "
-                 f"sha256 `{manifest.tokenizer.sha256[:12]}`")
+                 f"sha256 `{manifest.tokenizer.sha256[:12]}`" + (f"; {coverage}" if coverage else ""))
     lines += [f"- warning: {w}" for w in manifest.warnings]
     lines.append(f"- shards: {manifest.stats.get('shard', {}).get('bytes_per_token')} bytes per token")
     return "\n".join(lines)
@@ -38,7 +39,8 @@ def markdown(manifest: schema.Manifest) -> str:
 
 def closing_lines(manifest: dict[str, Any], out: str) -> list[str]:
     """What the command line prints after a build (``manifest``: ``Manifest.to_dict()``): each
-    split, what decontamination removed, every warning, and where the corpus is."""
+    split, what decontamination removed, the tokenizer's coverage, every warning, and where the
+    corpus is."""
     lines = [f"{split}: {info['num_documents']} documents, {info['num_examples']} examples, "
              f"{info['num_tokens']} tokens, fill {info['fill']:.1%}" for split, info in manifest["splits"].items()]
     decon = manifest.get("decontamination") or {}
@@ -46,6 +48,23 @@ def closing_lines(manifest: dict[str, Any], out: str) -> list[str]:
         removed = ", ".join(f"{task} {n}" for task, n in decon["removed"].items())
         lines.append(f"decontamination: {decon['ngrams']} {decon['ngram']}-grams of {len(decon['files'])} files; "
                      f"documents removed: {removed}")
+    coverage = coverage_line(manifest.get("stats", {}))
+    if coverage:
+        lines.append(f"tokenizer: {coverage}")
     lines += [f"warning: {w}" for w in manifest.get("warnings", [])]
     lines.append(f"corpus written to {out} ({schema.MANIFEST_NAME})")
     return lines
+
+
+def coverage_line(stats: dict[str, Any]) -> str | None:
+    """The tokenizer's coverage (``pipelines.tokenizer_coverage``): its [UNK] share on the sample
+    and in each split's examples, and the sample's bytes per token; None for a manifest without."""
+    summary = stats.get("summary", {})
+    shares = summary.get("unk_share") or {}
+    if not isinstance(shares, dict) or shares.get("sample") is None:
+        return None
+    splits = ", ".join(f"{split} {share:.2%}" for split, share in shares.items()
+                       if split != "sample" and share is not None)
+    bpt = summary.get("text_bytes_per_token")
+    return (f"[UNK] {shares['sample']:.2%} of the sample's tokens" + (f" ({splits} of the examples')" if splits else "")
+            + (f", {bpt:.2f} bytes of text per token" if bpt is not None else ""))

@@ -3,7 +3,7 @@
 ``documents(lang)`` reads ``tests/assets/languages/<lang>.txt`` (written by
 ``benchmarks/language_texts.py --write-assets``; sources and licences in ``SOURCES.md`` there):
 ~30 documents per development language, separated by lines holding only ``%%%``. Prose sections
-of the translated Debian Reference for the ``PROSE_LANGS``, fortune-cookie entries for the
+of the translated Debian Reference (the Debian FAQ for ``ko``) for the ``PROSE_LANGS``, fortune-cookie entries for the
 ``FORTUNE_LANGS``.
 
 ``heldout_documents(lang)`` reads ``bench_out/languages/heldout/<lang>.jsonl``, which only exists
@@ -25,13 +25,13 @@ ASSETS = ROOT / "tests" / "assets" / "languages"
 HELDOUT = ROOT / "bench_out" / "languages" / "heldout"
 SEPARATOR = "%%%"
 
-PROSE_LANGS = ("zh-cn", "zh-tw", "fr", "de", "es", "pt")
+PROSE_LANGS = ("zh-cn", "zh-tw", "fr", "de", "es", "pt", "ko")
 FORTUNE_LANGS = ("zh-fortunes", "de-fortunes")
 LANGS = PROSE_LANGS + FORTUNE_LANGS  # the development languages, i.e. the committed assets
 HELDOUT_LANGS = ("ja", "it", "it-fortunes", "ru-fortunes")
 # The script most letters of each language's documents are in (see tests' ``dominant_script``).
 SCRIPT = {"zh-cn": "Han", "zh-tw": "Han", "zh-fortunes": "Han", "fr": "Latin", "de": "Latin",
-          "es": "Latin", "pt": "Latin", "de-fortunes": "Latin", "ja": "Japanese",
+          "es": "Latin", "pt": "Latin", "de-fortunes": "Latin", "ko": "Hangul", "ja": "Japanese",
           "it": "Latin", "it-fortunes": "Latin", "ru-fortunes": "Cyrillic"}
 HELDOUT_MISSING = ("held-out language texts absent: run `python benchmarks/language_texts.py` "
                    "(needs the Debian packages in /tmp/deb, or --fetch)")

@@ -107,12 +107,15 @@ def test_sections_are_what_a_stage_key_covers():
 
 def test_unset_tokenizer_flags_key_as_true_for_a_trained_tokenizer():
     """lowercase/strip_accents are None until set (a pretrained tokenizer brings its own); a trained
-    tokenizer uses True for them, and its key says so: the same key as setting them True."""
+    tokenizer lower-cases, and strips accents as it lower-cases (BERT's rule: cased keeps accents),
+    and its key says so: the same key as setting them so."""
     unset = CorpusConfig.from_dict({})
     assert (unset.tokenizer.lowercase, unset.tokenizer.strip_accents) == (None, None)
     explicit = CorpusConfig.from_dict({"tokenizer": {"lowercase": True, "strip_accents": True}})
     assert unset.sections(("tokenizer",)) == explicit.sections(("tokenizer",))
     cased = CorpusConfig.from_dict({"tokenizer": {"lowercase": False}}).sections(("tokenizer",))["tokenizer"]
-    assert (cased["lowercase"], cased["strip_accents"]) == (False, True)
+    assert (cased["lowercase"], cased["strip_accents"]) == (False, False)
+    stripped = CorpusConfig.from_dict({"tokenizer": {"lowercase": False, "strip_accents": True}})
+    assert stripped.sections(("tokenizer",))["tokenizer"]["strip_accents"] is True
     pretrained = CorpusConfig.from_dict({"tokenizer": {"pretrained": "s3://b/model/"}}).sections(("tokenizer",))
     assert pretrained["tokenizer"]["lowercase"] is None  # the folder decides; its files are in the key

@@ -288,8 +288,9 @@ def test_unigram_pieces_are_normalised_word_substrings(tmp_path):
 @pytest.mark.parametrize("kind", ["wordpiece", "unigram"])
 def test_limit_alphabet_keeps_the_most_frequent_characters(kind, tmp_path):
     texts = _mixed_corpus()
-    info, out = _train(texts, tmp_path, "lim", kind=kind, vocab_size=1500, limit_alphabet=200)
-    again, _ = _train(texts, tmp_path, "lim2", kind=kind, vocab_size=1500, limit_alphabet=200)
+    # character_coverage 0: the limit alone (tests/pipelines/test_tokenizer_scripts.py: both rules)
+    info, out = _train(texts, tmp_path, "lim", kind=kind, vocab_size=1500, limit_alphabet=200, character_coverage=0)
+    again, _ = _train(texts, tmp_path, "lim2", kind=kind, vocab_size=1500, limit_alphabet=200, character_coverage=0)
     assert again.sha256 == info.sha256  # the cut falls among equally rare ideographs
     tok = Tokenizer.from_file(str(out / "tokenizer.json"))
     counts = Counter(c for t in texts for c in tok.normalizer.normalize_str(t) if not c.isspace())
@@ -303,6 +304,8 @@ def test_limit_alphabet_keeps_the_most_frequent_characters(kind, tmp_path):
     assert SPECIAL_IDS["[UNK]"] not in tok.encode(frequent, add_special_tokens=False).ids
     with pytest.raises(ConfigError, match="limit_alphabet"):
         CorpusConfig.from_dict({"tokenizer": {"limit_alphabet": 0}})
+    with pytest.raises(ConfigError, match="character_coverage"):
+        CorpusConfig.from_dict({"tokenizer": {"character_coverage": 1.5}})
 
 
 HF_CLASSES = ("AutoTokenizer", "PreTrainedTokenizerFast", "BertTokenizerFast", "BertTokenizer",

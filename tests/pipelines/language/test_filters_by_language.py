@@ -105,10 +105,8 @@ def test_an_uncalibrated_language_runs_only_script_independent_blocks():
     cfg = CorpusConfig.from_dict({"language": ["ja"]})
     (rep,) = [b for b in Filters(cfg.filter).prepare(_doc(neko)) if b.name == "gopher_repetition"]
     assert rep.top == rep.dup == [] and rep.cfg.dup_line_frac == 0.3  # line/paragraph rules only
-    assert cfg.tokenizer.limit_alphabet is None  # a spaceless language keeps every character
-    assert CorpusConfig.from_dict({"language": ["fr"]}).tokenizer.limit_alphabet == 1000
-    assert CorpusConfig.from_dict({"language": ["zh"], "tokenizer": {"limit_alphabet": 3000}}
-                                  ).tokenizer.limit_alphabet == 3000
+    # The alphabet follows the text (tokenizer.character_coverage), not the language list.
+    assert cfg.tokenizer == CorpusConfig.from_dict({}).tokenizer == CorpusConfig.from_dict({"language": ["fr"]}).tokenizer
 
 
 def test_several_languages_each_document_its_own_profile():
