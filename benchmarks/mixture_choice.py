@@ -18,7 +18,9 @@ epochs, alternating the two), the shards opened and their bytes (what a loader r
 a slice touches, whole; manifest bytes). Over ``--epochs`` epochs (the smallest shard count only:
 every example is counted), the equal-chance checks the issue asks for: the mean count of the second
 halves of the shards over the first halves' (1 when no position is favoured), and the
-short shards' (below the median size) mean count over the long ones' (1 when size is not). The
+short shards' (below the median size) mean count over the long ones' (1 when size is not), and,
+for a take below the source, the fewest distinct examples an epoch held over its take (1: no
+example twice in an epoch). The
 ratios window / previous are printed for cost, and both values for the checks. Each growth line
 divides the cost at the largest shard count by the smallest's, over the ratio of the counts (1:
 linear). The CPU (model, amx_bf16 / avx512_bf16) and load average are printed beside the figures.
@@ -95,16 +97,22 @@ def equal_chance(own: tuple[ShardRef, ...], take: int, epochs: int) -> dict[str,
     median = statistics.median(s.num_examples for s in own)
     for name, choose in CHOICES.items():
         counts = {s.uri: np.zeros(s.num_examples) for s in own}
+        distinct = 1.0  # the fewest distinct examples an epoch took, over its take (below 1: repeats)
         for e in range(epochs):
-            for sl in choose(own, take, seed=7, epoch=e):
+            slices = choose(own, take, seed=7, epoch=e)
+            for sl in slices:
                 counts[sl.uri][sl.start:sl.start + sl.num_examples] += 1
+            if take < sum(s.num_examples for s in own):
+                held = {(sl.uri, i) for sl in slices for i in range(sl.start, sl.start + sl.num_examples)}
+                distinct = min(distinct, len(held) / take)
         first = np.concatenate([c[:len(c) // 2] for c in counts.values()]).mean()
         second = np.concatenate([c[len(c) // 2:] for c in counts.values()]).mean()
         short = np.concatenate([counts[s.uri] for s in own if s.num_examples < median]).mean()
         long = np.concatenate([counts[s.uri] for s in own if s.num_examples >= median]).mean()
         out[name] = {"second_over_first_half": float(second / first) if first else float("inf"),
                      "short_over_long_shards": float(short / long) if long else float("inf"),
-                     "per_epoch_rate": float(np.concatenate(list(counts.values())).mean() / epochs)}
+                     "per_epoch_rate": float(np.concatenate(list(counts.values())).mean() / epochs),
+                     "min_distinct_share": distinct}
     return out
 
 
@@ -128,7 +136,7 @@ def report(rows: list[dict], chance: dict, args) -> list[str]:
         for name, v in res.items():
             lines.append(f"  rate {rate} {name:>8}: second/first half {v['second_over_first_half']:.3f}, "
                          f"short/long shards {v['short_over_long_shards']:.3f}, per-epoch rate "
-                         f"{v['per_epoch_rate']:.4f}")
+                         f"{v['per_epoch_rate']:.4f}, fewest distinct an epoch {v['min_distinct_share']:.3f}")
     return lines
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from common import storage
 from common.hashing import sha256_bytes
 from electra.corpus import CorpusInfo, CorpusMismatchError, ShardRef, check_shards, list_shard_folders, open_corpus
-from electra.mixture import Mixture, takes_for
+from electra.mixture import ORDER_VERSION, Mixture, takes_for
 from pipelines import schema
 
 log = logging.getLogger(__name__)
@@ -67,13 +67,14 @@ class CorpusSet:
 
     @property
     def data_sha256(self) -> str:
-        return self._combined("data_sha256")
+        """The data identity: the corpora's, their weights and, for several, the mixture's order."""
+        return self._combined("data_sha256", order=ORDER_VERSION)
 
-    def _combined(self, attr: str) -> str:
+    def _combined(self, attr: str, order: int = 1) -> str:
         if len(self.corpora) == 1:
             return getattr(self.primary, attr)
-        blob = json.dumps([[getattr(c, attr) for c in self.corpora], self.weights]).encode()
-        return sha256_bytes(blob)
+        blob = [[getattr(c, attr) for c in self.corpora], self.weights] + ([order] if order > 1 else [])
+        return sha256_bytes(json.dumps(blob).encode())
 
     def copy_tokenizer(self, dest: str) -> None:
         self.primary.copy_tokenizer(dest)
@@ -153,6 +154,10 @@ def open_corpora(locations: Sequence[str], *, weights: Sequence[float] | None = 
         message = (f"--data {where}: the corpora or their weights differ from the checkpoint's (data sha256 "
                    f"{data_sha256[:12]} -> {out.data_sha256[:12]}); the saved data position points into "
                    "another stream")
+        if out._combined("data_sha256") == data_sha256:  # the same corpora and weights, the first order
+            message = (f"--data {where}: the checkpoint's mixture took whole shards and their first examples "
+                       "(before the window over cycles, electra/mixture.py), so its saved data position points "
+                       "into another order of the same examples")
         if not allow_change:
             raise CorpusMismatchError(message + "; resume with the same --data list and data.weights, start a "
                                                 "new run directory, or set data.allow_corpus_change=true")

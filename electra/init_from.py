@@ -252,6 +252,8 @@ def check_vocabulary(source: InitSource, corpus_vocab: vocab.Vocabulary, corpus:
                                   f"rows but its tokenizer ({source.vocabulary.where}) {source.vocabulary.size} "
                                   "tokens; a vocabulary padded beyond its tokenizer is not supported")
     diffs = source.vocabulary.differences(corpus_vocab)
+    if not diffs:  # the same tokens, ids and casing: does it tokenise text the same way too?
+        diffs = vocab.with_probe(source.vocabulary, str(source.tokenizer_dir)).differences(corpus_vocab)
     if diffs:
         raise CorpusMismatchError(
             f"--init-from {source.location}: its vocabulary ({source.vocabulary.describe()}) differs from the "

@@ -10,21 +10,28 @@ With ``r_j = T_j / N_j`` (mosaic streaming's ``proportion`` and ``repeat``/``cho
   and ``R_j = T_j mod N_j`` more, chosen as below.
 - ``r_j < 1``: each epoch takes ``R_j = T_j`` of the source's examples, chosen as below.
 
-**The choice: a window over cycles.** Source ``j``'s examples form an endless stream of
-*cycles*. Cycle ``c`` is the source's shards in the order of a permutation drawn from
-``rng(seed, c, j)``, concatenated, then rotated by an offset drawn from the same generator
-(uniform over ``[0, N_j)``: the cycle starts inside a shard). Epoch ``e`` takes positions
-``[e * R_j, (e + 1) * R_j)`` of that stream: whole shards in the middle, a suffix and a prefix of
-a shard at the window's ends (and, where a window crosses from one cycle into the next, the two
-cycles' pieces). Three properties follow, for every shard size and every position in a shard:
+**The choice: a window over cycles.** Source ``j``'s examples are laid out once: its shards in
+the order of a permutation drawn from ``rng(seed, j)``, concatenated, then rotated by an offset
+drawn from the same generator (uniform over ``[0, N_j)``: the layout starts inside a shard). The
+layout repeats end to end, each repetition a *cycle*, and epoch ``e`` takes positions
+``[e * R_j, (e + 1) * R_j)`` of that endless stream: whole shards in the middle, a suffix and a
+prefix of a shard at the window's ends. Three properties follow, for every shard size and every
+position in a shard:
 
 - *equal chance*: the rotation is uniform, so in any epoch every example lies in the window with
-  the same expected count ``R_j / N_j`` (no prefix of a shard, no short shard, is favoured);
-- *no repeats before coverage*: consecutive epochs take consecutive windows of a cycle, so over
-  ``N_j / R_j`` epochs (one cycle) every example is trained once, the way a plain epoch over the
-  source would (a window that crosses into the next cycle may meet an example of its tail again);
+  the same chance ``R_j / N_j`` (no prefix of a shard, no short shard, is favoured);
+- *once per cycle, never twice an epoch*: consecutive epochs take consecutive windows, so over
+  ``N_j / R_j`` epochs every example is trained once, and a window shorter than a cycle (``R_j <
+  N_j``, always the case) meets no example twice, also where it runs into the next cycle;
 - *few shards*: a window opens about ``R_j / (shard size) + 2`` shards, as whole-shard choices do,
   so a down-weighted source costs its share of the reading, not all of it.
+
+The layout is drawn once per source and seed, not per cycle: a fresh one per cycle would let a
+window that crosses into the next cycle meet, in the new one's head, examples of the old one's
+tail (a source weighted to 0.9 of its size trained 13% of an epoch twice that way). The price is
+that the windows of later cycles are the first cycle's, shifted by ``N_j mod R_j``: which
+examples share an epoch varies less than with independent draws; the order within the epoch is
+drawn afresh each epoch anyway (below).
 
 Mosaic streaming (``get_shard_sampling``) cuts shards into granules of ``sampling_granularity``
 examples, takes random granules and then random examples inside each chosen shard: at granularity
@@ -39,8 +46,8 @@ of (sources, weights, seed, epoch) only, elastic across world sizes, exact on re
 epoch each source's share is exact; within one global batch it varies with the shuffle block (a
 block holds neighbouring slices' examples).
 
-Cost: a window needs the permutation of at most two cycles (linear in the source's shards, as any
-per-epoch shard permutation); a repeated shard is decoded once per copy in an epoch (a loader
+Cost: a window needs the source's layout (a permutation and a cumulative sum, linear in its
+shards, as any per-epoch shard permutation); a repeated shard is decoded once per copy in an epoch (a loader
 worker's memory bound counts slices, not distinct shards). With one source and no weights every
 shard is one whole slice and the order is the single-corpus order bit for bit.
 """
@@ -54,6 +61,10 @@ import numpy as np
 
 from electra.corpus import ShardRef
 
+# Which choice makes an epoch of a mixture (1: whole shards and a prefix, before 2026-12; 2: the
+# window over cycles). Part of a mixture's data identity, so a checkpoint of another order is
+# refused on resume instead of continuing from a position in a different stream.
+ORDER_VERSION = 2
 # Salt of a source's cycle generator (its seed words differ in number from the shard
 # permutation's [seed, epoch] and the block shuffle's [seed, epoch, block]).
 _CYCLE = 0xC1C1E
@@ -139,35 +150,19 @@ def epoch_slices(shards: Sequence[ShardRef], mixture: Mixture | None, *, seed: i
 
 def window(own: Sequence[ShardRef], source: int, *, seed: int, start: int, length: int,
            sizes: np.ndarray | None = None) -> list[ShardSlice]:
-    """The slices holding positions ``[start, start + length)`` of source ``source``'s endless
-    stream of cycles (module docstring); ``own``: the source's shards (``sizes``: their example
-    counts, when the caller has them)."""
+    """The slices holding positions ``[start, start + length)`` (``length`` at most the source's
+    examples) of source ``source``'s endless stream of cycles (module docstring); ``own``: the
+    source's shards (``sizes``: their example counts, when the caller has them)."""
     if sizes is None:
         sizes = np.fromiter((s.num_examples for s in own), np.int64, len(own))
-    natural = int(sizes.sum())
-    out: list[ShardSlice] = []
-    pos, end = start, start + length
-    while pos < end:
-        cycle, offset = divmod(pos, natural)
-        n = min(end - pos, natural - offset)
-        out.extend(_cycle_slices(own, sizes, source, seed=seed, cycle=cycle, lo=offset, hi=offset + n))
-        pos += n
-    return out
-
-
-def _cycle_slices(own: Sequence[ShardRef], sizes: np.ndarray, source: int, *, seed: int, cycle: int, lo: int,
-                  hi: int) -> list[ShardSlice]:
-    """Offsets ``[lo, hi)`` (``0 <= lo < hi <= N``) of cycle ``cycle``: its permuted shards,
-    concatenated and rotated, cut into slices in stream order."""
-    rng = np.random.default_rng([seed, cycle, source, _CYCLE])
+    rng = np.random.default_rng([seed, source, _CYCLE])
     perm = rng.permutation(len(own))
     bounds = np.concatenate([[0], np.cumsum(sizes[perm])])
     natural = int(bounds[-1])
-    rotation = int(rng.integers(natural))
-    a, b = lo + rotation, hi + rotation  # positions in the concatenation, wrapping once at N
-    pieces = [(a, min(b, natural))] if a < natural else []
-    if b > natural:
-        pieces.append((max(a, natural) - natural, b - natural))
+    if not 0 < length <= natural:
+        raise ValueError(f"source {source}: a window of {length} examples over {natural}")
+    a = (start + int(rng.integers(natural))) % natural  # the window in the layout, wrapping once
+    pieces = [(a, min(a + length, natural))] + ([(0, a + length - natural)] if a + length > natural else [])
     out: list[ShardSlice] = []
     for x, y in pieces:
         k = int(np.searchsorted(bounds, x, side="right")) - 1

@@ -17,8 +17,9 @@ picks it (``pipelines.tokenizer_files.folder_class``), its ``vocab.txt`` for a B
 ``tokenizer.json`` (its model's vocabulary plus added tokens), and lower-casing from
 ``tokenizer_config.json``'s ``do_lower_case`` when it says, else from the normaliser in
 ``tokenizer.json``. The probe is tokenised by transformers' ``AutoTokenizer`` for a checkpoint's
-folder (what its users get) and by ``tokenizers`` from the corpus's ``tokenizer.json`` (what
-built the corpus).
+folder (what its users get; ``with_probe``, once the cheaper comparisons agree: loading
+transformers takes seconds) and by ``tokenizers`` from the corpus's ``tokenizer.json`` (what built
+the corpus).
 """
 from __future__ import annotations
 
@@ -82,6 +83,12 @@ def _probe(encode) -> tuple[tuple[str, ...], ...]:
     return tuple(tuple(encode(t)) for t in PROBE) + (tuple(encode(*PROBE_PAIR)),)
 
 
+def with_probe(vocabulary: Vocabulary, folder: str) -> Vocabulary:
+    """``vocabulary`` (of the tokenizer folder ``folder``) with the probe's tokens as transformers
+    gives them for that folder."""
+    return vocabulary._replace(probe=transformers_probe(folder))
+
+
 def transformers_probe(folder: str) -> tuple[tuple[str, ...], ...]:
     """The probe's tokens as transformers' ``AutoTokenizer`` gives them for a local ``folder``."""
     import transformers
@@ -124,7 +131,8 @@ def from_folder(folder: str) -> Vocabulary:
     """The vocabulary of a Hugging Face tokenizer folder (a model folder, our ``RUN/tokenizer`` or
     a corpus's tokenizer folder), chosen as build-corpus's ``--tokenizer FOLDER`` chooses: a
     folder with a BERT class's ``vocab.txt`` (lower-cased unless ``do_lower_case`` says otherwise,
-    as BertTokenizer), else ``tokenizer.json``; with the probe's tokens as transformers gives them."""
+    as BertTokenizer), else ``tokenizer.json``. Without the probe, which ``with_probe`` adds: it
+    loads transformers, so it is worth its seconds only once everything else agrees."""
     config = _json_object(storage.join(folder, schema.TOKENIZER_CONFIG))
     model = None if config.get("tokenizer_class") else _json_object(storage.join(folder, MODEL_CONFIG))
     cls, _ = folder_class(config, model)
@@ -134,14 +142,13 @@ def from_folder(folder: str) -> Vocabulary:
     if not (has_json or has_vocab):
         raise FileNotFoundError(f"{folder}: no tokenizer.json or vocab.txt (the tokenizer files of a Hugging Face "
                                 "model folder)")
-    probe = transformers_probe(folder)
     if has_vocab and (cls in BERT_CLASSES or not has_json):
         text = storage.read_bytes(vocab_uri).decode("utf-8")
         tokens = [line.rstrip("\r") for line in text.split("\n")]
         if tokens and tokens[-1] == "":
             tokens.pop()
-        return _from_tokens(tokens, True if stated is None else stated, vocab_uri, probe)
-    return from_tokenizer_json(storage.read_bytes(tok_uri), tok_uri, lowercase=stated)._replace(probe=probe)
+        return _from_tokens(tokens, True if stated is None else stated, vocab_uri)
+    return from_tokenizer_json(storage.read_bytes(tok_uri), tok_uri, lowercase=stated)._replace(probe=None)
 
 
 def _json_object(uri: str) -> dict:

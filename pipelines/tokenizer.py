@@ -160,19 +160,24 @@ def alphabet(raw: Counter[str], normalizer: normalizers.Normalizer, cfg: Tokeniz
 
 
 def _wordpiece_normalizer(raw: Counter[str], cfg: TokenizerConfig) -> tuple[normalizers.Normalizer, list[str]]:
-    """BERT's normaliser, unless its accent stripping damages a script the alphabet holds
-    (``pipelines.tokenizer_accents``): then the script-safe one. And the alphabet under it."""
+    """BERT's normaliser, unless its accent stripping splits or drops letters of at least
+    ``accents.DAMAGED_SHARE`` of the sample's characters (``pipelines.tokenizer_accents``): then
+    the script-safe one. And the alphabet under it."""
     bert = accents.bert_normalizer(lowercase=cfg.lowercase, strip_accents=cfg.strip_accents)
     if not cfg.strip_accents:
         return bert, alphabet(raw, bert, cfg)
-    safe = accents.script_safe_bert(lowercase=cfg.lowercase)
-    chars = alphabet(raw, safe, cfg)
-    damaged = accents.bert_damages(chars, lowercase=cfg.lowercase)
-    if not damaged:
+    damaged = accents.bert_damages(raw, lowercase=cfg.lowercase)
+    share = sum(raw[c] for c in damaged) / max(1, sum(n for c, n in raw.items() if not c.isspace()))
+    if share < accents.DAMAGED_SHARE:
+        if damaged:
+            log.warning("tokenizer: BERT's accent stripping splits or drops letters of %.4f%% of the sample's "
+                        "characters (%s), kept for transformers' BERT classes; tokenizer.strip_accents=false keeps "
+                        "them whole", 100 * share, accents.describe(damaged))
         return bert, alphabet(raw, bert, cfg)
-    log.info("tokenizer: BERT's accent stripping would split or drop letters of %d characters of the alphabet "
-             "(%s); stripping only Latin, Greek and Cyrillic accents instead", len(damaged), accents.describe(damaged))
-    return safe, chars
+    log.info("tokenizer: BERT's accent stripping would split or drop letters of %.2f%% of the sample's characters "
+             "(%s); stripping only Latin, Greek and Cyrillic accents instead", 100 * share, accents.describe(damaged))
+    return accents.script_safe_bert(lowercase=cfg.lowercase), alphabet(raw, accents.script_safe_bert(
+        lowercase=cfg.lowercase), cfg)
 
 
 # ---------------------------------------------------------------- training

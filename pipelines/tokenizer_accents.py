@@ -9,7 +9,8 @@ accents (``Café`` -> ``cafe``), and wrong everywhere NFD or the marks carry let
 - Thai, Lao, Devanagari and the other Indic scripts: vowel signs, tone marks, anusvara and
   virama are non-spacing marks (``ก่อน`` -> ``กอน``, ``हिंदी`` -> ``हिदी``), so words merge;
 - Arabic and Hebrew: hamza above/below is a mark after NFD (``أ`` -> ``ا``), as are the
-  vowel points.
+  vowel points;
+- Japanese kana: (han)dakuten are marks after NFD (``が`` -> ``か``).
 
 ``strip_steps`` is the stripping this project trains with: NFD, then drop only the marks of the
 combining-diacritics blocks (the accents of Latin, Greek and Cyrillic, ``DIACRITICS``), then NFC,
@@ -18,23 +19,28 @@ in Latin, Greek and Cyrillic it gives what BERT gives (letters like Cyrillic ``�
 Vietnamese tones lose their marks in both: that is what "uncased" means there).
 
 Compatibility. transformers' BERT and ELECTRA tokenizer classes rebuild ``BertNormalizer`` from
-the vocabulary and cannot hold this normaliser, so a WordPiece keeps ``BertNormalizer`` whenever
-the two agree on every character its vocabulary may hold (``bert_damages`` of the alphabet is
-empty): a character outside the alphabet is ``[UNK]`` either way, except that a stray mark of an
-uncovered script after a covered letter is dropped, as BERT drops it. Only a tokenizer that
-covers a damaged script (a Korean, Thai or Hindi build, or any corpus where they are frequent
-enough to enter the alphabet) gets the sequence, and its ``tokenizer_config.json`` then names the
-generic class (``pipelines.tokenizer_files``). Released tokenizers are used as transformers
-applies them; ``bert_damages`` of their vocabulary says which of their tokens BERT's stripping
-can never produce (``pipelines.tokenizer_pretrained`` reports them).
+the vocabulary and cannot hold this normaliser, so a trained WordPiece keeps ``BertNormalizer``
+unless the characters BERT's stripping damages (``bert_damages``: Hangul syllables, kana with
+(han)dakuten, Thai, Indic and Arabic marks) make up ``DAMAGED_SHARE`` (0.1%) of its sample. Then
+it gets the sequence, its ``tokenizer_config.json`` names the generic class
+(``pipelines.tokenizer_files``) and the build says so. Below that (stray words of those scripts
+in, say, an English web crawl) the damage is confined to them and the tokenizer stays loadable by
+the BERT classes; the training task logs a warning naming the characters and their share. A
+threshold rather than "any character": a 256 MB sample of nearly any web text holds a few.
+Released tokenizers are used as transformers applies them; ``bert_damages`` of their vocabulary
+says which of their tokens BERT's stripping can never produce (``pipelines.tokenizer_pretrained``
+reports them).
 """
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 
-from tokenizers import Regex, normalizers
+from tokenizers import Regex, Tokenizer, normalizers
 
-from pipelines.tokenizer_files import DIACRITICS
+from pipelines.tokenizer_files import DIACRITICS, is_bert_compatible, normalizer_flags
+
+DAMAGED_SHARE = 0.001  # of a sample's characters, from which a trained WordPiece keeps every script whole
 
 
 def strip_steps() -> list[normalizers.Normalizer]:
@@ -56,8 +62,8 @@ def script_safe_bert(*, lowercase: bool, chinese_chars: bool = True) -> normaliz
 
 def bert_damages(chars: Iterable[str], *, lowercase: bool, chinese_chars: bool = True) -> list[str]:
     """The characters (sorted) that BERT's accent stripping turns into something else than
-    ``strip_steps`` does: split Hangul, a dropped vowel sign or hamza. Empty for Latin, Greek,
-    Cyrillic and CJK."""
+    ``strip_steps`` does: split Hangul, a dropped vowel sign, hamza or dakuten. Empty for Latin,
+    Greek, Cyrillic and Han."""
     bert = bert_normalizer(lowercase=lowercase, strip_accents=True, chinese_chars=chinese_chars)
     safe = script_safe_bert(lowercase=lowercase, chinese_chars=chinese_chars)
     return sorted(c for c in set(chars) if bert.normalize_str(c) != safe.normalize_str(c))
@@ -67,3 +73,17 @@ def describe(chars: list[str], limit: int = 8) -> str:
     """``'한' (U+D55C), 'ก่' ...`` for a message."""
     shown = ", ".join(f"{c!r} (U+{ord(c):04X})" for c in chars[:limit])
     return shown + (f" and {len(chars) - limit} more" if len(chars) > limit else "")
+
+
+def trained_warnings(tokenizer_json: str) -> list[str]:
+    """One line when a trained WordPiece took the script-safe stripping (module docstring): which
+    of its characters BERT's would damage, and that transformers' BERT classes cannot load it."""
+    tok = Tokenizer.from_str(tokenizer_json)
+    lowercase, strip = normalizer_flags(tok)
+    if not strip or is_bert_compatible(tok) or json.loads(tokenizer_json)["model"].get("type") != "WordPiece":
+        return []
+    chars = {c for t in tok.get_vocab() for c in t.removeprefix("##")}
+    return [f"the trained tokenizer strips only Latin, Greek and Cyrillic accents: BERT's stripping would split or "
+            f"drop letters its vocabulary holds ({describe(bert_damages(chars, lowercase=lowercase), 5)}), so "
+            "transformers loads it with AutoTokenizer and its BERT and ELECTRA tokenizer classes refuse it "
+            "(tokenizer.strip_accents=false keeps BERT's normaliser)"]

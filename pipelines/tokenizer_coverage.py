@@ -52,8 +52,9 @@ records both (``stats.summary.unk_share``: ``sample``, ``train``, ``validation``
 
 The threshold decides whether the stage's output is used, never what it is, so it is not in the
 stage's cache key (``CorpusConfig.sections``): a changed ``max_unk_share`` reruns nothing, and
-``check_recorded`` applies it again at publish to the tokenizer stage's record, so a cached
-tokenizer whose measured share a lowered threshold no longer allows is still refused.
+``check_recorded`` applies it to a reused tokenizer stage's record, at planning (before pack
+runs again: ``CorpusBuild.plan``) and at publish, so a cached tokenizer whose measured share a
+lowered threshold no longer allows is still refused.
 """
 from __future__ import annotations
 

@@ -48,22 +48,29 @@ def normalizer_flags(tok: Tokenizer) -> tuple[bool, bool]:
 
 
 
-# transformers classes that build BERT's WordPiece pipeline from a vocabulary (all one class in 5),
-# and the model types (a model folder's config.json) for which AutoTokenizer picks that class when
-# tokenizer_config.json names none (transformers' TOKENIZER_MAPPING_NAMES, text encoders).
-BERT_CLASSES = frozenset({"BertTokenizer", "BertTokenizerFast", "ElectraTokenizer", "ElectraTokenizerFast"})
+# transformers classes that rebuild BERT's WordPiece pipeline from a vocabulary and the config's
+# flags (BertTokenizer and its subclasses that keep its normaliser; ConvBERT's takes tokenizer.json
+# as it is), and the model types (a model folder's config.json) for which AutoTokenizer picks such
+# a class when no file names one. As transformers 5 does it: tests/pipelines/test_tokenizer_layouts
+# checks both lists against the installed transformers.
+BERT_CLASSES = frozenset(f"{name}Tokenizer{fast}" for fast in ("", "Fast") for name in (
+    "Bert", "Electra", "DistilBert", "MobileBert", "SqueezeBert", "LayoutLM", "Lxmert",
+    "DPRQuestionEncoder", "DPRContextEncoder", "DPRReader"))
 BERT_MODEL_TYPES = frozenset({"bert", "convbert", "distilbert", "electra", "ernie", "layoutlm", "megatron-bert",
-                              "nezha", "nomic_bert", "qdqbert", "realm", "retribert", "squeezebert"})
+                              "nomic_bert", "squeezebert"})
 
 
 def folder_class(tokenizer_config: dict[str, Any], model_config: dict[str, Any] | None) -> tuple[str | None, str]:
     """The tokenizer class ``AutoTokenizer`` uses for a model folder, and which file says so:
-    tokenizer_config.json's ``tokenizer_class``; else, for a model type of ``BERT_MODEL_TYPES``
-    in config.json, ``BertTokenizer``; else ``model_type:<type>`` (another family's class); else
-    None (transformers then uses tokenizer.json as it is)."""
+    tokenizer_config.json's ``tokenizer_class``; else config.json's; else, for a model type of
+    ``BERT_MODEL_TYPES`` in config.json, ``BertTokenizer``; else ``model_type:<type>`` (another
+    family's class); else None (transformers then uses tokenizer.json as it is)."""
     cls = tokenizer_config.get("tokenizer_class")
     if cls:
         return cls, f"{schema.TOKENIZER_CONFIG} (tokenizer_class={json.dumps(cls)})"
+    cls = (model_config or {}).get("tokenizer_class")
+    if isinstance(cls, str) and cls:
+        return cls, f"{MODEL_CONFIG} (tokenizer_class={json.dumps(cls)})"
     model_type = (model_config or {}).get("model_type")
     if isinstance(model_type, str) and model_type:
         said = f"{MODEL_CONFIG} (model_type={json.dumps(model_type)})"

@@ -17,7 +17,8 @@ vocab.txt, tokenizer.json and (when tokenizer_config.json names no class) config
 each by name (no listing: an https folder works too). The aim is transformers' ids for the folder
 (``AutoTokenizer`` / ``ElectraTokenizerFast.from_pretrained``). The class is AutoTokenizer's
 (``tokenizer_files.folder_class``): tokenizer_config.json's ``tokenizer_class``; else BERT's for a
-BERT-family ``model_type`` in config.json (electra, bert, ...); else none, and then transformers
+BERT-family ``model_type`` in config.json (electra, bert, ...; config.json's own
+``tokenizer_class`` first); else none, and then transformers
 uses tokenizer.json as it is.
 
 1. vocab.txt, when the class is BERT's, or when there is no tokenizer.json: BERT's WordPiece
@@ -52,7 +53,7 @@ them from there; only [PAD] must be 0. As in transformers they are added tokens,
 raw text is the mask token, not "[", "mask", "]".
 
 Identity (``Pretrained.fingerprint``): the sha256 of each tokenizer file read (an absent one
-counts as absent), config.json's ``model_type`` where it picked the class, which file the
+counts as absent), the class config.json picked where it did, which file the
 tokenizer comes from and ``FORMAT``, never the location: an edited or completed folder rebuilds
 the tokenizer; a moved one does not.
 """
@@ -77,7 +78,7 @@ from pipelines.tokenizer_files import (BERT_CLASSES, MODEL_CONFIG, folder_class,
 CONFIG, VOCAB, JSON = schema.TOKENIZER_CONFIG, schema.VOCAB_TXT, schema.TOKENIZER_JSON
 FOLDER_FILES = (VOCAB, JSON, CONFIG)  # read from a folder, in the order the error lists them
 # Bump when the same files would give another tokenizer (2: folders; a vocab.txt's special
-# tokens became added tokens; 3: config.json's model_type picks the class, as in AutoTokenizer):
+# tokens became added tokens; 3: config.json picks the class, as in AutoTokenizer):
 # it is in the fingerprint, so the tokenizer is rebuilt.
 FORMAT = 3
 
@@ -99,13 +100,13 @@ class Pretrained:
     lowercase: bool  # what its normaliser does
     strip_accents: bool
     files: dict[str, str | None] = field(default_factory=dict)  # each file read -> sha256, None if absent
-    model_type: str | None = None  # a folder's config.json model_type, where it picked the class
+    model_class: str | None = None  # the class a folder's config.json picked, where it did
     warnings: list[str] = field(default_factory=list)  # what the build reports about it
 
     @property
     def fingerprint(self) -> dict[str, Any]:
         """What decides the tokenizer, for the stage key."""
-        return {"format": FORMAT, "used": self.used, "files": self.files, "model_type": self.model_type}
+        return {"format": FORMAT, "used": self.used, "files": self.files, "model_class": self.model_class}
 
 
 def _js(value: Any) -> str:
@@ -281,7 +282,7 @@ def _open_folder(location: str, cfg: TokenizerConfig) -> Pretrained:
     config = read_tokenizer_config(path[CONFIG], data[CONFIG])
     model = None if config.get("tokenizer_class") else _model_config(location)
     cls, said = folder_class(config, model)
-    model_type = None if config.get("tokenizer_class") or not model else model.get("model_type")
+    model_class = None if config.get("tokenizer_class") or not model else cls
     if data[CONFIG] is not None:
         config_says = f"{path[CONFIG]} ({_stated(config)})"
     else:
@@ -305,7 +306,7 @@ def _open_folder(location: str, cfg: TokenizerConfig) -> Pretrained:
                                 f"{JSON}, beside {CONFIG}; found neither)")
     lowercase, strip = normalizer_flags(tok)
     _check_user_flags(cfg, lowercase, strip, decided_by)
-    return Pretrained(location, tok, used, lowercase, strip, files, model_type=model_type)
+    return Pretrained(location, tok, used, lowercase, strip, files, model_class=model_class)
 
 
 def open_pretrained(location: str, cfg: TokenizerConfig) -> Pretrained:

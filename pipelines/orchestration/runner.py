@@ -154,6 +154,10 @@ class CorpusBuild:
         for name in self.order:
             if self.result(name) is None:
                 require(name)
+        tokenizer = None if "tokenizer" in todo else self.result("tokenizer")
+        if todo and tokenizer is not None:  # tokenizer.max_unk_share is not in the key: apply it before pack
+            from pipelines.tokenizer_coverage import check_recorded
+            check_recorded(tokenizer.stats, self.cfg.tokenizer)
         return [n for n in self.order if n in todo]
 
     # ------------------------------------------------------------------ running

@@ -265,6 +265,7 @@ def _tokenizer(run: StageRun) -> dict[str, Any]:
     """Train or load the tokenizer, and measure its [UNK] share and bytes per token on the first
     4 MB of the sample (``pipelines.tokenizer_coverage``): a warning above 1%, an error above
     ``tokenizer.max_unk_share``, before pack encodes the corpus with it."""
+    from pipelines.tokenizer_accents import trained_warnings
     from pipelines.tokenizer_coverage import MEASURE_BYTES, review
     from pipelines.tokenizer_sample import measure_sample, train_and_measure, write_sample
 
@@ -292,6 +293,7 @@ def _tokenizer(run: StageRun) -> dict[str, Any]:
                  "%.1f MB (%d parts)", cfg.kind, cfg.vocab_size, min(cfg.sample_bytes, total) / 1e6, total / 1e6,
                  len(sample.files))
         info, sample_bytes, coverage = train_and_measure(sample, cfg, out, measure_bytes=MEASURE_BYTES)
+        warnings = trained_warnings(storage.read_text(storage.join(out, schema.TOKENIZER_JSON)))
     info.path = rel
     log.info("tokenizer: %.2f%% [UNK], %.2f bytes per token on a %.1f MB sample of %d documents (%.1f s)",
              100 * coverage.unk_share, coverage.bytes_per_token or 0, coverage.bytes / 1e6, coverage.texts,

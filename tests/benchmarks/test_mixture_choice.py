@@ -25,5 +25,6 @@ def test_smoke_run(tmp_path):
             assert abs(res[name]["per_epoch_rate"] - float(rate)) < 1e-3  # the exact take, both
         assert abs(res["window"]["second_over_first_half"] - 1) < 0.02
         assert abs(res["window"]["short_over_long_shards"] - 1) < 0.05
+        assert res["window"]["min_distinct_share"] == 1.0  # never an example twice in an epoch
     small = chance[str(min(args["rates"]))]["previous"]  # a take below a shard: prefixes favoured
     assert small["second_over_first_half"] < 0.6

@@ -4,12 +4,14 @@ each corpus's own shards), elastic and exact resume of a mixed order, and the co
 (electra/corpus_set.py). End-to-end trainer runs on a mixture: tests/electra/test_mixture_resume.py."""
 from __future__ import annotations
 
+import json
 from collections import Counter
 from fractions import Fraction
 
 import numpy as np
 import pytest
 
+from common.hashing import sha256_bytes
 from electra import data as sd
 from electra.corpus import CorpusMismatchError, ShardRef
 from electra.corpus_set import open_corpora
@@ -104,15 +106,29 @@ def test_a_down_weighted_source_takes_every_example_with_the_same_chance():
     counts = chosen_counts(a + b, mix, 1000)  # 1000 epochs = 100 windows of 310: whole cycles
     for uri, c in counts.items():
         half = len(c) // 2
-        assert c.min() == c.max() == 100, (uri, c.min(), c.max())  # every example once per cycle
-        assert c[:half].sum() == c[half:].sum() * half / (len(c) - half)
+        assert c.min() == c.max() == 100, (uri, c.min(), c.max(), half)  # every example once per cycle
     # a single epoch under 2,000 seeds: the same expected share at every position and shard size
     per_epoch = chosen_counts(a + b, mix, 7, per_seed=True)
     rate = np.concatenate(list(per_epoch.values())) / 2000
     for uri, c in per_epoch.items():
         for part in (c[:len(c) // 2], c[len(c) // 2:]):
-            assert abs(part.mean() / 2000 - 0.1) <= 0.02, (uri, part.mean() / 2000)
+            assert abs(part.mean() / 2000 - 0.1) <= 0.01, (uri, part.mean() / 2000)  # within 10%
     assert abs(rate.mean() - 0.1) < 1e-9  # the take is exact: 31 of 310 in every run
+
+
+@pytest.mark.parametrize("rate", [0.3, 0.7, 0.9, 0.99])
+def test_a_down_weighted_source_never_repeats_an_example_within_an_epoch(rate):
+    """Windows that run from one cycle into the next (every few epochs at these rates) still hold
+    each example at most once."""
+    a, b = refs([100] * 20, "a"), refs([500] * 4, "b")
+    take = round(rate * 2000)
+    mix = Mixture((20, 4), (take, 4000 - take))
+    for epoch in range(60):
+        seen = Counter()
+        for sl in epoch_slices(a + b, mix, seed=5, epoch=epoch):
+            if sl.source == 0:
+                seen.update((sl.uri, i) for i in range(sl.start, sl.start + sl.num_examples))
+        assert sum(seen.values()) == take and max(seen.values()) == 1, (rate, epoch)
 
 
 def test_a_repeated_source_spreads_its_remainder_evenly():
@@ -163,6 +179,32 @@ def test_a_1_to_3_mixture_trains_on_three_quarters_of_the_second(pair):
     assert len(b_rows) == 300 and max(b_rows.values()) == 3  # all of B, none more than 3 times in the epoch
 
 
+def test_the_trained_examples_of_a_down_weighted_corpus_spread_over_its_shards(pair):
+    """What the loader yields (keys of trained examples, not slices): corpus A weighted 1:60 gives
+    14 of its 560 examples an epoch, fewer than a shard holds; over 80 epochs the second halves of
+    its shards are trained as often as the first (the first choice trained only their heads)."""
+    p = mixed_plan(pair, [1, 60])
+    info = sd.open_corpus(str(pair[0]))
+    shards, _ = sd.check_shards(info, "train")
+    position = {}  # key -> (shard, index in it, shard size)
+    for i, shard in enumerate(shards):
+        ex = sd.read_shard(shard)
+        for j, key in enumerate(zip(ex.uid.tolist(), ex.ordinal.tolist())):
+            position[key] = (i, j, len(ex.uid))
+    halves, sizes = Counter(), Counter()
+    for i, j, n in position.values():
+        sizes[j >= n // 2] += 1
+    stream = sd.TrainStream(p, num_workers=0)
+    for epoch in range(80):
+        for batch in stream.loader(epoch):
+            for corpus, uid, ordinal in batch.keys:
+                if corpus == 0:
+                    _, j, n = position[(int(uid), int(ordinal))]
+                    halves[j >= n // 2] += 1
+    rates = {half: halves[half] / sizes[half] for half in (False, True)}  # trainings per example
+    assert abs(rates[True] / rates[False] - 1) < 0.1, rates
+
+
 def test_a_mixed_order_is_elastic_and_resumes_exactly(pair):
     one = mixed_plan(pair, [1, 3])
     full = {b.position.step: b.keys for b in sd.TrainStream(one, num_workers=0).loader(1) if b.micro == 0}
@@ -209,3 +251,10 @@ def test_the_set_identity_covers_corpora_order_and_weights(pair):
     with pytest.raises(CorpusMismatchError, match="differ from the checkpoint's .* same --data list and data.weights"):
         open_corpora([str(p) for p in pair], weights=[1, 2], data_sha256=saved)
     assert open_corpora([str(p) for p in pair], weights=[1, 3], data_sha256=saved).data_sha256 == saved
+    # A checkpoint of the first mixture order (whole shards and prefixes): its identity had no
+    # order in it. Same corpora and weights, another stream: refused, saying so.
+    corpora = [sd.open_corpus(str(p)) for p in pair]
+    first_order = sha256_bytes(json.dumps([[c.data_sha256 for c in corpora], [1, 3]]).encode())
+    with pytest.raises(CorpusMismatchError, match="the checkpoint's mixture took whole shards and their first "
+                                                  "examples .*another order of the same examples"):
+        open_corpora([str(p) for p in pair], weights=[1, 3], data_sha256=first_order)

@@ -37,14 +37,15 @@ def test_a_corpus_that_strips_the_accents_of_a_cased_model_is_refused(cased, tmp
     info = load_pretrained(str(cased / "vocab.txt"), TokenizerConfig(lowercase=False, strip_accents=True),
                            str(tmp_path / "stripped"))
     assert info.lowercase is False
-    source_vocab = vocabulary.from_folder(str(cased))
+    source_vocab = vocabulary.with_probe(vocabulary.from_folder(str(cased)), str(cased))
     corpus_vocab = _corpus_vocab(tmp_path / "stripped")
     assert (source_vocab.sha256, source_vocab.specials, source_vocab.lowercase) == \
         (corpus_vocab.sha256, corpus_vocab.specials, corpus_vocab.lowercase)
     (diff,) = source_vocab.differences(corpus_vocab)
     assert diff.startswith("the probe text 'The Café Über naïve façade, THE RIVER 3.14!' tokenizes as "
                            "[CLS] The Café Über") and "vs [CLS] The Cafe Uber" in diff
-    source = InitSource(str(cased), "hf", ModelConfig(vocab_size=len(bert_vocab())), source_vocab, cased, ())
+    source = InitSource(str(cased), "hf", ModelConfig(vocab_size=len(bert_vocab())),
+                        vocabulary.from_folder(str(cased)), cased, ())
     with pytest.raises(CorpusMismatchError) as err:
         check_vocabulary(source, corpus_vocab, "corpora/c")
     line = str(err.value)
@@ -61,7 +62,7 @@ def test_a_corpus_built_from_the_released_tokenizer_passes(cased, tmp_path, loca
     assert Tokenizer.from_file(str(tmp_path / "ok" / "tokenizer.json")).encode("Café Über").tokens == \
         ["[CLS]", "Café", "Über", "[SEP]"]
     corpus_vocab = _corpus_vocab(tmp_path / "ok")
-    assert vocabulary.from_folder(str(cased)).differences(corpus_vocab) == []
+    assert vocabulary.with_probe(vocabulary.from_folder(str(cased)), str(cased)).differences(corpus_vocab) == []
     source = InitSource(str(cased), "hf", ModelConfig(vocab_size=len(bert_vocab())),
                         vocabulary.from_folder(str(cased)), cased, ())
     check_vocabulary(source, corpus_vocab, "corpora/c")  # no error
@@ -71,7 +72,8 @@ def test_the_probe_is_what_transformers_gives(cased):
     import transformers
 
     hf = transformers.AutoTokenizer.from_pretrained(str(cased), local_files_only=True)
-    got = vocabulary.from_folder(str(cased)).probe
+    assert vocabulary.from_folder(str(cased)).probe is None  # loaded only once the rest agrees
+    got = vocabulary.with_probe(vocabulary.from_folder(str(cased)), str(cased)).probe
     want = [hf.tokenize(t) for t in vocabulary.PROBE] + [hf.tokenize(*vocabulary.PROBE_PAIR)]
     assert [list(p[1:-1]) for p in got[:-1]] == want[:-1]  # without [CLS] ... [SEP]
     assert [t for t in got[-1] if t not in ("[CLS]", "[SEP]")] == want[-1]

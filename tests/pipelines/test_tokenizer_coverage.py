@@ -128,6 +128,15 @@ def test_a_five_token_tokenizer_fails_in_one_line_and_builds_when_allowed(tmp_pa
     assert warning.startswith(f"tokenizer.pretrained={model}/: 100.0% of the sample's tokens are [UNK] (")
     assert schema.Manifest.load(str(out)).stats["summary"] == manifest.stats["summary"]  # what manifest.json says
 
+    # The threshold is not in the stages' keys: the same build at the default threshold and
+    # another seq_len reuses the measured tokenizer and is refused before pack runs again.
+    cfg = json.loads(json.dumps(CFG))
+    cfg["tokenizer"]["pretrained"], cfg["pack"]["seq_len"] = f"{model}/", 32
+    again = CorpusBuild(CorpusJob([str(raw)], str(out), CorpusConfig.from_dict(cfg)))
+    assert again.keys["tokenizer"] == build(raw, out, pretrained=f"{model}/", max_unk_share=1.0).keys["tokenizer"]
+    with pytest.raises(UncoveredText, match=r"100\.0% of the sample's tokens are \[UNK\]"):
+        again.plan()
+
 
 def test_a_vocabulary_missing_a_script_warns_once(tmp_path, ray_local):
     docs = with_greek(prose.documents(40, seed=5), 30, seed=1)
@@ -217,7 +226,7 @@ def test_the_warning_and_the_error_name_the_tokenizer_and_the_share():
                        r"tokenizer\.max_unk_share=0\.97$"):
         review(Coverage(texts=9, bytes=35100, tokens=1000, unk_tokens=960), pretrained, 5)
     with pytest.raises(UncoveredText, match=r"^the trained tokenizer: 25\.0% .* \(a 500-token vocabulary\); raise "
-                       r"--vocab-size or tokenizer\.limit_alphabet"):
+                       r"--vocab-size or tokenizer\.character_coverage"):
         review(Coverage(texts=1, bytes=4000, tokens=1000, unk_tokens=250), TokenizerConfig(), 500)
     # The threshold is the user's: below the warning level too, and 1 allows everything.
     with pytest.raises(UncoveredText):

@@ -107,7 +107,7 @@ def test_a_tokenizer_json_alone_follows_the_class_config_json_names(model_type, 
     (folder / "tokenizer_config.json").unlink()
     (folder / "config.json").write_text(json.dumps({"model_type": model_type} if model_type else {}))
     pre = open_pretrained(str(folder), TokenizerConfig())
-    assert pre.model_type == model_type and pre.lowercase is True
+    assert pre.model_class == ("BertTokenizer" if model_type else None) and pre.lowercase is True
     _same_ids(pre.tokenizer, _hf(folder, "AutoTokenizer"))
 
 
@@ -128,3 +128,54 @@ def test_a_cased_tokenizer_json_that_transformers_would_lower_case_is_refused(tm
                                                  "transformers use BertTokenizer with its defaults")
     assert "do_lower_case=false" in line and line.endswith("state tokenizer_class and the flags in "
                                                           "tokenizer_config.json")
+
+
+@pytest.mark.parametrize("named", [{"tokenizer_config": "DistilBertTokenizer"}, {"tokenizer_config": "ConvBertTokenizerFast"},
+                                   {"config": "PreTrainedTokenizerFast"}, {"config": "BertTokenizer"}],
+                         ids=lambda n: json.dumps(n))
+def test_every_file_and_class_that_names_the_class_is_followed(named, tmp_path):
+    """A BERT subclass named in tokenizer_config.json (DistilBERT, ConvBERT, ...) rebuilds BERT's
+    pipeline from the config's flags; with none named there, config.json's own tokenizer_class
+    decides before its model_type. Here tokenizer.json is cased and the flags say uncased: which
+    one transformers follows depends on the class, and ours must be the same."""
+    import transformers
+
+    folder = tmp_path / "model"
+    vocab = _vocab(folder / "vocab.txt")
+    transformers.ElectraTokenizerFast(vocab=str(vocab), do_lower_case=False).save_pretrained(str(folder))
+    config = {"model_max_length": 512}
+    if "tokenizer_config" in named:
+        config["tokenizer_class"] = named["tokenizer_config"]
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))  # no flags: BERT's default, uncased
+    model = {"model_type": "bert"} | ({"tokenizer_class": named["config"]} if "config" in named else {})
+    (folder / "config.json").write_text(json.dumps(model))
+    hf = _hf(folder, "AutoTokenizer")
+    try:
+        pre = open_pretrained(str(folder), TokenizerConfig())
+    except ValueError as exc:  # the folder at odds with itself: refused, in one line, never other ids
+        assert "\n" not in str(exc) and hf.tokenize("Café") != ["Café"]
+        return
+    _same_ids(pre.tokenizer, hf)
+
+
+def _rebuilds(folder: Path) -> bool:
+    """Whether AutoTokenizer rebuilt BERT's pipeline from the config (uncased by default) instead
+    of using the folder's cased tokenizer.json as it is."""
+    return _hf(folder, "AutoTokenizer").tokenize("Café") == ["cafe"]
+
+
+def test_the_bert_class_lists_are_what_transformers_does(tmp_path):
+    import transformers
+
+    from pipelines.tokenizer_files import BERT_CLASSES, BERT_MODEL_TYPES
+
+    vocab = _vocab(tmp_path / "vocab.txt")
+    cased = tmp_path / "cased"
+    transformers.ElectraTokenizerFast(vocab=str(vocab), do_lower_case=False).save_pretrained(str(cased))
+    for name in sorted(BERT_CLASSES) + ["ConvBertTokenizer", "PreTrainedTokenizerFast"]:
+        (cased / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": name}))
+        assert _rebuilds(cased) == (name in BERT_CLASSES), name
+    (cased / "tokenizer_config.json").write_text("{}")
+    for model_type in sorted(BERT_MODEL_TYPES) + ["realm", "roberta"]:
+        (cased / "config.json").write_text(json.dumps({"model_type": model_type}))
+        assert _rebuilds(cased) == (model_type in BERT_MODEL_TYPES), model_type

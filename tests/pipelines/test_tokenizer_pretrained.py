@@ -175,7 +175,7 @@ def test_the_identity_covers_the_files_that_decide_the_tokenizer(tmp_path):
     first = fingerprint(folder)
     assert first["used"] == "vocab.txt" and set(first["files"]) == {"vocab.txt", "tokenizer.json",
                                                                     "tokenizer_config.json"}
-    assert first["model_type"] == "electra"  # no tokenizer_class: config.json's model type picks BertTokenizer
+    assert first["model_class"] == "BertTokenizer"  # no tokenizer_class: config.json's model type picks it
     (folder / "config.json").write_text('{"model_type": "electra", "hidden_size": 8}')  # only model_type counts
     shutil.copytree(folder, tmp_path / "moved")
     assert fingerprint(folder) == first == fingerprint(tmp_path / "moved")
