@@ -29,7 +29,7 @@ from typing import NamedTuple
 from common import storage
 from common.hashing import sha256_bytes
 from pipelines import schema
-from pipelines.tokenizer_files import BERT_CLASSES, MODEL_CONFIG, folder_class
+from pipelines.tokenizer_files import MODEL_CONFIG, folder_class, folder_json, folder_source
 
 SPECIAL = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 # Texts both sides tokenise (one per script family, then a pair): cased, accented, CJK, Hangul,
@@ -133,30 +133,19 @@ def from_folder(folder: str) -> Vocabulary:
     folder with a BERT class's ``vocab.txt`` (lower-cased unless ``do_lower_case`` says otherwise,
     as BertTokenizer), else ``tokenizer.json``. Without the probe, which ``with_probe`` adds: it
     loads transformers, so it is worth its seconds only once everything else agrees."""
-    config = _json_object(storage.join(folder, schema.TOKENIZER_CONFIG))
-    model = None if config.get("tokenizer_class") else _json_object(storage.join(folder, MODEL_CONFIG))
+    config = folder_json(storage.join(folder, schema.TOKENIZER_CONFIG))
+    model = {} if config.get("tokenizer_class") else folder_json(storage.join(folder, MODEL_CONFIG))
     cls, _ = folder_class(config, model)
     stated = config.get("do_lower_case") if isinstance(config.get("do_lower_case"), bool) else None
     tok_uri, vocab_uri = storage.join(folder, schema.TOKENIZER_JSON), storage.join(folder, schema.VOCAB_TXT)
-    has_json, has_vocab = storage.exists(tok_uri), storage.exists(vocab_uri)
-    if not (has_json or has_vocab):
+    source = folder_source(cls, has_vocab=storage.exists(vocab_uri), has_json=storage.exists(tok_uri))
+    if source is None:
         raise FileNotFoundError(f"{folder}: no tokenizer.json or vocab.txt (the tokenizer files of a Hugging Face "
                                 "model folder)")
-    if has_vocab and (cls in BERT_CLASSES or not has_json):
+    if source == schema.VOCAB_TXT:
         text = storage.read_bytes(vocab_uri).decode("utf-8")
         tokens = [line.rstrip("\r") for line in text.split("\n")]
         if tokens and tokens[-1] == "":
             tokens.pop()
         return _from_tokens(tokens, True if stated is None else stated, vocab_uri)
     return from_tokenizer_json(storage.read_bytes(tok_uri), tok_uri, lowercase=stated)._replace(probe=None)
-
-
-def _json_object(uri: str) -> dict:
-    """A JSON object file of a tokenizer folder ({} when absent)."""
-    if not storage.exists(uri):
-        return {}
-    try:
-        got = json.loads(storage.read_bytes(uri))
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{uri}:{exc.lineno}: invalid JSON: {exc.msg}") from exc
-    return got if isinstance(got, dict) else {}

@@ -7,9 +7,9 @@ can encode sentence pairs with the tokenizer as written:
 * ``wordpiece`` — BERT-style: ``BertNormalizer`` (clean text, CJK spacing, lower-casing and accent
   stripping as two independent switches), ``BertPreTokenizer``, WordPiece with ``##``
   continuation pieces. What ELECTRA used (vocab 30522, uncased). Where BERT's accent stripping
-  would split or drop letters of a script the alphabet holds (Hangul, Thai, Devanagari, Arabic),
-  the same steps with a stripping that takes only Latin, Greek and Cyrillic accents
-  (``pipelines.tokenizer_accents``).
+  would split or drop letters of 0.1% or more of the sample's characters (Hangul, kana, Thai,
+  Devanagari, Arabic), the same steps with a stripping that takes only Latin, Greek and Cyrillic
+  accents (``pipelines.tokenizer_accents``).
 * ``unigram`` — SentencePiece-style: NFKC, whitespace runs collapsed to one space (SentencePiece
   does the same; it also keeps pieces free of newlines so ``vocab.txt`` stays one piece per
   line), optional lower-casing / that same script-safe accent stripping, ``Metaspace``
@@ -176,8 +176,8 @@ def _wordpiece_normalizer(raw: Counter[str], cfg: TokenizerConfig) -> tuple[norm
         return bert, alphabet(raw, bert, cfg)
     log.info("tokenizer: BERT's accent stripping would split or drop letters of %.2f%% of the sample's characters "
              "(%s); stripping only Latin, Greek and Cyrillic accents instead", 100 * share, accents.describe(damaged))
-    return accents.script_safe_bert(lowercase=cfg.lowercase), alphabet(raw, accents.script_safe_bert(
-        lowercase=cfg.lowercase), cfg)
+    safe = accents.script_safe_bert(lowercase=cfg.lowercase)
+    return safe, alphabet(raw, safe, cfg)
 
 
 # ---------------------------------------------------------------- training
@@ -262,8 +262,6 @@ def train_tokenizer(texts: Iterable[str], cfg: TokenizerConfig, out_dir: str) ->
     if not texts:
         raise ValueError("train_tokenizer: no text to train on (the corpus sample is empty)")
     cfg = cfg.resolved()  # unset: lower-cased, accents stripped as lower-casing says
-    if cfg.kind not in KINDS:
-        raise ValueError(f"tokenizer kind {cfg.kind!r}; expected one of {KINDS}")
     tok = _train_wordpiece(texts, cfg) if cfg.kind == "wordpiece" else _train_unigram(texts, cfg)
     _attach_post_processor(tok)
     _check_specials(tok, where="trained tokenizer")

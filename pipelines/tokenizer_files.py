@@ -15,6 +15,7 @@ from typing import Any
 
 from tokenizers import Tokenizer
 
+from common import storage
 from pipelines import schema
 
 MODEL_MAX_LENGTH = 512
@@ -58,6 +59,31 @@ BERT_CLASSES = frozenset(f"{name}Tokenizer{fast}" for fast in ("", "Fast") for n
     "DPRQuestionEncoder", "DPRContextEncoder", "DPRReader"))
 BERT_MODEL_TYPES = frozenset({"bert", "convbert", "distilbert", "electra", "ernie", "layoutlm", "megatron-bert",
                               "nomic_bert", "squeezebert"})
+
+
+def folder_json(uri: str) -> dict[str, Any]:
+    """A JSON object file of a model folder (config.json, tokenizer_config.json): {} when absent or
+    not an object; ``ValueError`` naming the file and line when it is not JSON."""
+    try:
+        data = storage.read_bytes(uri)
+    except storage.MissingObject:
+        return {}
+    try:
+        got = json.loads(data.decode("utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{uri}:{exc.lineno}: invalid JSON: {exc.msg}") from exc
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{uri}: not UTF-8 ({exc.reason} at byte {exc.start})") from exc
+    return got if isinstance(got, dict) else {}
+
+
+def folder_source(cls: str | None, *, has_vocab: bool, has_json: bool) -> str | None:
+    """The file a model folder's tokenizer comes from, as transformers reads it for the class
+    ``folder_class`` gives: vocab.txt for a BERT class or where there is no tokenizer.json, else
+    tokenizer.json; None where the folder has neither."""
+    if has_vocab and (cls in BERT_CLASSES or not has_json):
+        return schema.VOCAB_TXT
+    return schema.TOKENIZER_JSON if has_json else None
 
 
 def folder_class(tokenizer_config: dict[str, Any], model_config: dict[str, Any] | None) -> tuple[str | None, str]:

@@ -63,7 +63,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers
+from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 
 from common import storage
 from common.config import ConfigError
@@ -72,8 +72,8 @@ from pipelines import schema
 from pipelines import tokenizer_accents as accents
 from pipelines.config import TokenizerConfig
 from pipelines.tokenizer import _attach_post_processor, _check_specials, _write
-from pipelines.tokenizer_files import (BERT_CLASSES, MODEL_CONFIG, folder_class, is_bert_compatible,
-                                       normalizer_flags, spec as _spec)
+from pipelines.tokenizer_files import (BERT_CLASSES, MODEL_CONFIG, folder_class, folder_json, folder_source,
+                                       is_bert_compatible, normalizer_flags, spec as _spec)
 
 CONFIG, VOCAB, JSON = schema.TOKENIZER_CONFIG, schema.VOCAB_TXT, schema.TOKENIZER_JSON
 FOLDER_FILES = (VOCAB, JSON, CONFIG)  # read from a folder, in the order the error lists them
@@ -163,8 +163,8 @@ def wordpiece_from_vocab(vocab: dict[str, int], flags: BertFlags) -> Tokenizer:
     BertPreTokenizer, WordPiece with ``##`` pieces, the special tokens as added tokens (matched
     in the raw text) and the ``[CLS] A [SEP] B [SEP]`` post-processor."""
     tok = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]"))
-    tok.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=flags.chinese_chars,
-                                                strip_accents=flags.strip_accents, lowercase=flags.lowercase)
+    tok.normalizer = accents.bert_normalizer(lowercase=flags.lowercase, strip_accents=flags.strip_accents,
+                                             chinese_chars=flags.chinese_chars)
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     tok.decoder = decoders.WordPiece(prefix="##")
     specials = sorted(schema.SPECIAL_TOKENS, key=vocab.__getitem__)
@@ -264,30 +264,20 @@ def _open_file(location: str, cfg: TokenizerConfig) -> Pretrained:
     return Pretrained(location, tok, VOCAB, flags.lowercase, flags.strip_accents, files)
 
 
-def _model_config(location: str) -> dict[str, Any] | None:
-    """The folder's config.json as a mapping (None when absent or not a JSON object)."""
-    path = storage.join(location, MODEL_CONFIG)
-    data = _read(path, optional=True)
-    try:
-        model = json.loads(data.decode("utf-8")) if data is not None else None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{path}: invalid JSON ({exc})") from exc
-    return model if isinstance(model, dict) else None
-
-
 def _open_folder(location: str, cfg: TokenizerConfig) -> Pretrained:
     path = {name: storage.join(location, name) for name in FOLDER_FILES}
     data = {name: _read(path[name], optional=True) for name in FOLDER_FILES}
     files = {name: None if b is None else sha256_bytes(b) for name, b in data.items()}
     config = read_tokenizer_config(path[CONFIG], data[CONFIG])
-    model = None if config.get("tokenizer_class") else _model_config(location)
+    model = {} if config.get("tokenizer_class") else folder_json(storage.join(location, MODEL_CONFIG))
     cls, said = folder_class(config, model)
-    model_class = None if config.get("tokenizer_class") or not model else cls
+    model_class = cls if model else None
     if data[CONFIG] is not None:
         config_says = f"{path[CONFIG]} ({_stated(config)})"
     else:
         config_says = f"the BertTokenizer defaults ({path[CONFIG]} is absent)"
-    if data[VOCAB] is not None and (cls in BERT_CLASSES or data[JSON] is None):
+    source = folder_source(cls, has_vocab=data[VOCAB] is not None, has_json=data[JSON] is not None)
+    if source == VOCAB:
         flags = bert_flags(config, path[CONFIG])
         vocab = parse_vocab_txt(path[VOCAB], data[VOCAB])
         if data[JSON] is not None:  # transformers would take the vocabulary from tokenizer.json
@@ -296,7 +286,7 @@ def _open_folder(location: str, cfg: TokenizerConfig) -> Pretrained:
                 raise ValueError(f"{location}: vocab.txt and tokenizer.json hold different vocabularies "
                                  "(transformers would use tokenizer.json's): remove the stale one")
         tok, used, decided_by = wordpiece_from_vocab(vocab, flags), VOCAB, config_says
-    elif data[JSON] is not None:
+    elif source == JSON:
         tok, used, decided_by = parse_tokenizer_json(path[JSON], data[JSON]), JSON, f"{path[JSON]}'s normaliser"
         if config or cls in BERT_CLASSES:
             _check_json_against_config(tok, config, cls, config_path=path[CONFIG], json_path=path[JSON],
@@ -339,7 +329,8 @@ def script_warnings(pre: Pretrained) -> list[str]:
         return []
     hit = sorted(t for t in tokens if damaged & set(t.removeprefix("##")))
     return [f"tokenizer.pretrained={pre.location}: its normaliser strips accents as BERT does, which splits "
-            f"Hangul syllables into jamo and drops Thai, Indic and Arabic vowel signs and marks: {len(hit)} of its "
+            f"Hangul syllables into jamo, drops kana's dakuten and Thai, Indic and Arabic vowel signs and marks: "
+            f"{len(hit)} of its "
             f"{len(tokens)} tokens hold such characters and can never be produced ({accents.describe(sorted(damaged))}); "
             "transformers applies it the same way, so the corpus keeps the model's ids, but text in those scripts "
             "is split or loses those marks"]
