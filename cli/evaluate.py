@@ -5,9 +5,15 @@
 The flags are generated from the job (``evaluation.evaluation_job``: ``EvaluationJob`` and one
 per fine-tuning recipe field). The job is loaded and its inputs checked before Prefect or any
 model starts: an unknown task, a folder that does not exist, a GLUE folder lacking an asked task
-(with the ``--tasks`` that evaluates the ones it has), results of another request in the folder.
-Each is one ``evaluate: error:`` line, exit status 2. Then the ``evaluate`` flow
-(``flows/evaluate.py``) runs under the run's Prefect server (``flows.runtime``).
+(with the ``--tasks`` that evaluates the ones it has), results of another request in the folder,
+a path that is no checkpoint, a recipe value out of range. Each is one ``evaluate: error:`` line,
+exit status 2. Then, still before the server, the first line on stderr says what will run
+(``evaluation.preview``: the checkpoint and step, the model's size and recipe, tasks × seeds,
+the folder); results already there for the same request are printed at once, without a server.
+Then the ``evaluate`` flow (``flows/evaluate.py``) runs under the run's Prefect server
+(``flows.runtime``); its progress lines (stderr) end with the whole evaluation's ETA
+(``evaluation.eta``). Prefect is imported only then: the checks and the first line come in
+seconds.
 
 Exit status: 0 evaluated (the scores printed, with the report's path); 1 some tasks failed
 during the run (what finished is printed and in the report; the line after it names the failed
@@ -27,8 +33,8 @@ from evaluation import eval_layout, report
 from evaluation.evaluation_job import EvaluationJob, add_flags, job_values
 from evaluation.evaluation_runner import EvaluationConflict, EvaluationFailed, EvaluationRunner
 from evaluation.glue_tasks import GlueDataError
+from evaluation.preview import Preview, preview
 from evaluation.sources import CheckpointError
-from flows.evaluate import evaluate
 from flows.runtime import RuntimeUnavailable, prefect_runtime
 
 PROG = "evaluate"
@@ -55,11 +61,23 @@ def print_results(results: dict) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     values = job_values(build_parser().parse_args(argv))
+    # what the check below finds (already evaluated, skipped) is said once, by this CLI's lines
+    evaluation_log = logging.getLogger("evaluation")
+    level = evaluation_log.level
+    evaluation_log.setLevel(logging.ERROR)
     try:  # user errors: one line, before Prefect or any model starts
         job = EvaluationJob.load(**values)
-        EvaluationRunner(job).check()
+        plan = preview(job)
+        early = EvaluationRunner(job).check()
     except USER_ERRORS as exc:
         return fail(PROG, exc)
+    finally:
+        evaluation_log.setLevel(level)
+    if early is not None:  # no server needed: the results are there, or the checkpoint is gone
+        return print_early(plan, early)
+    print(f"{PROG}: {plan.line()}", file=sys.stderr, flush=True)  # before the server: within seconds
+    from flows.evaluate import evaluate  # imports Prefect (seconds): after the first line
+
     quiet_user_errors(one_line, ray=False)
     # Progress of the fine-tuning (per task and seed, step, loss, ETA) on the terminal.
     logging.getLogger("evaluation").setLevel(logging.INFO)
@@ -80,6 +98,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{results['checkpoint']} was not evaluated: {results['reason']}", file=sys.stderr)
         return 4
     print_results(results)
+    return 0
+
+
+def print_early(plan: Preview, early: dict) -> int:
+    """What the check before the server found: results of this request (printed, status 0), or
+    a checkpoint gone before its evaluation (status 4, recorded in RUN/eval/skipped.jsonl)."""
+    if early.get("status") == "skipped":
+        print(f"{early['checkpoint']} was not evaluated: {early['reason']}", file=sys.stderr)
+        return 4
+    print(f"{PROG}: {plan.what()}: already evaluated in {plan.job.out_dir}", file=sys.stderr)
+    print_results(early)
     return 0
 
 

@@ -16,6 +16,9 @@ can drift from the config it sets.
   field, one flag may set several keys, extend a list or pick its key by value.
 * Help text: a field's ``metadata["help"]`` (and ``metadata["metavar"]``), else the comment on or right above its line in the
   class's source (the project documents fields with comments), first sentence only.
+* Defaults: shown as ``default 3``; a field whose default is decided at run time (``None``
+  standing for "auto", "the corpus's", ...) says so in words, ``metadata["default"]``, and a
+  ``None`` without them is not shown (its help says what it means), never as "default None".
 * Every generated flag defaults to ``None`` (not given): ``given(args)`` returns only what the
   user typed, so a flag never overwrites a config file's value with a default.
 
@@ -107,7 +110,9 @@ class Flags:
             notes = [key] if section else []
             if has_default and not must and defaults:
                 shown = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-                if shown not in (None, [], {}) or section:
+                if f.metadata.get("default"):  # a default decided at run time, in words
+                    notes.append(f"default: {f.metadata['default']}")
+                elif shown is not None and (shown not in ([], {}) or section):
                     notes.append(f"default {shown!r}")
             if notes:
                 text = f"{text} ({'; '.join(notes)})" if text else "; ".join(notes)

@@ -18,7 +18,9 @@ that divide the checkpoint's global batch, always including the checkpoint's own
 one when ZeRO-3 is involved, which resumes on its own world size alone
 (``electra.universal_checkpoint.plan_resume``).
 
-Nothing here imports torch: the arithmetic is checked before any distributed start-up.
+A corpus smaller than one global batch (``unfillable``) is refused in the same way, naming the
+largest global batch it fills. Nothing here imports torch: the arithmetic is checked before any
+distributed start-up.
 """
 from __future__ import annotations
 
@@ -86,6 +88,22 @@ def unsplittable(global_batch: int, world_size: int, resuming: Resuming | None =
                    else f" and resume on {_either(worlds)} ranks ({why})"))
     return (f"{head}, and a resume keeps its checkpoint's global batch (the data position counts global "
             f"batches): resume on {_either(worlds)} ranks ({why})")
+
+
+def unfillable(examples: int, global_batch: int, world_size: int, where: str) -> str:
+    """The one-line error for a corpus of fewer train ``examples`` than one global batch (an
+    epoch of the sample order is ``examples // global_batch`` steps: none): the largest global
+    batch the corpus fills on ``world_size`` ranks, a multiple of it, or, with fewer examples than
+    ranks, fewer ranks."""
+    head = (f"{where}: {examples} train example{'s' if examples != 1 else ''} cannot fill one global batch "
+            f"of {global_batch} (train.global_batch_size)")
+    largest = examples // world_size * world_size
+    if not largest:
+        return (f"{head}, and has fewer than the {world_size} ranks: train on more text, or on {examples} "
+                f"rank{'s' if examples != 1 else ''} with --global-batch-size {examples}")
+    ranks = f" on {world_size} ranks" if world_size > 1 else ""
+    return (f"{head}; the largest global batch it fills{ranks} is {largest}: train with --global-batch-size "
+            f"{largest}, or on more text")
 
 
 def nearest_divisors(n: int, k: int) -> list[int]:

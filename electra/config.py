@@ -19,7 +19,9 @@ Overrides (``section.key=value``, e.g. ``optimizer.lr=1e-4`` or
 unknown key is blamed on the ``--set`` item, with the closest valid keys, not on the preset), then
 parse the value as JSON when possible (numbers, booleans, ``null``, lists) and as a plain string
 otherwise, then type-check it against the field, so ``train.max_steps=ten`` fails loudly instead
-of becoming a string. A config file may be any storage location (``common.storage``).
+of becoming a string. An override of ``optimizer.total_steps`` that leaves the warm-up alone keeps
+the file's share of warm-up (``load_run_config``). A config file may be any storage location
+(``common.storage``).
 
 The dataclasses are frozen: a loaded config is a value. What a run changes after loading (the
 vocabulary size taken from the corpus, the precision this machine can train in) is applied once,
@@ -40,7 +42,8 @@ from common import config as strict
 from common.config import ConfigError, check
 
 __all__ = ["DEFAULT_DEEPSPEED", "ConfigError", "DataConfig", "ElectraConfig", "ModelConfig", "ObjectiveConfig",
-           "OptimizerConfig", "TrainConfig", "apply_override", "load_config"]
+           "LoadedConfig", "OptimizerConfig", "TrainConfig", "WarmupShare", "apply_override", "load_config",
+           "load_run_config"]
 
 
 class GeneratorSizes(NamedTuple):
@@ -215,7 +218,7 @@ class TrainConfig:
     # whole 128 batch; Base 128 (~0.37 GB per sequence of 512); Large 32 (~1.3 GB per sequence,
     # 64 does not fit; activation checkpointing keeps only each layer's input and fits far more).
     micro_batch_size: int = 32
-    max_steps: int | None = None  # None: optimizer.total_steps
+    max_steps: int | None = field(default=None, metadata={"default": "optimizer.total_steps"})  # steps to train
     save_every: int = 1000
     keep_last: int = 3  # newest checkpoints kept; pinned ones (below) are kept on top of these
     # The checkpoint hand-off to the evaluation (electra/eval_handoff.py). True: every committed
@@ -223,7 +226,8 @@ class TrainConfig:
     # its evaluation releases it or the policy below skips it (RUN/eval/skipped.jsonl). None
     # ("auto"): True when a Prefect API is configured (common.events.prefect_api_url), i.e. when
     # the trainer's checkpoint event starts an evaluation per checkpoint; else False.
-    keep_until_evaluated: bool | None = None
+    keep_until_evaluated: bool | None = field(default=None, metadata={  # pin each checkpoint until evaluated
+        "default": "on when a Prefect API is configured (each checkpoint then starts an evaluation), else off"})
     # The most pinned checkpoints still waiting for evaluation (>= 1); beyond it the oldest waiting
     # one is skipped (the evaluation takes the newest first), so disk stays bounded when
     # evaluating is slower than checkpointing.
@@ -236,17 +240,16 @@ class TrainConfig:
     seed: int = 42
     precision: Literal["fp32", "bf16", "fp16"] = "bf16"
     export_every_checkpoint: bool = False
-    # Peak FLOP/s of one device for MFU; None: a table by device (electra/metrics_log.py).
-    peak_flops: float | None = None
-    # GPU fast path (electra/distributed.py ``configure_fast_path``; TF32 and compile: CUDA only):
-    # TF32 tensor-core matmuls for fp32 runs (10-bit mantissa products, fp32 accumulation; the
-    # MFU peak of fp32 runs is the TF32 figure); ``torch.compile`` of the two encoders (kernel
-    # fusion; costs compile time at start, pays on long runs); activation checkpointing of the
-    # encoder layers (recomputes each layer in the backward: about a third more compute, frees
-    # the activations, for a larger micro batch on Large).
-    tf32: bool = True
-    compile: bool = False
-    activation_checkpointing: bool = False
+    peak_flops: float | None = field(default=None, metadata={  # peak FLOP/s of one device, for MFU
+        "default": "a table by device (electra/metrics_log.py)"})
+    # GPU fast path (electra/distributed.py ``configure_fast_path``), each flag's help its own line.
+    # TF32: 10-bit mantissa products, fp32 accumulation; the MFU peak of fp32 runs is the TF32
+    # figure. Compile: kernel fusion; costs compile time at start, pays on long runs. Activation
+    # checkpointing: about a third more compute, frees the activations, for a larger micro batch on
+    # Large.
+    tf32: bool = True  # TF32 tensor-core matmuls for fp32 runs (CUDA only)
+    compile: bool = False  # torch.compile of the two encoders (CUDA only)
+    activation_checkpointing: bool = False  # recompute each encoder layer in the backward instead of keeping it
     # Run a GPU-sized config on a machine without a GPU anyway. Without it such a run (more than
     # electra.pretrain_plan.CPU_STEP_FLOPS per optimizer step: base, large) is refused at start
     # with the estimated time per step and the presets that fit a CPU (tiny, mini).
@@ -354,15 +357,69 @@ def config_location(name: str | Path) -> str:
                       "(or give a path to a config JSON)")
 
 
+class WarmupShare(NamedTuple):
+    """The config file's schedule, whose share of warm-up a run with another ``total_steps`` keeps."""
+    warmup_steps: int
+    total_steps: int
+
+    def steps_for(self, total_steps: int) -> int:
+        """The same share of ``total_steps``, rounded half up; at least 1 if the file warms up."""
+        if not self.warmup_steps:
+            return 0
+        return max(1, int(self.warmup_steps * total_steps / self.total_steps + 0.5))
+
+    @property
+    def percent(self) -> str:
+        """``"1.3%"``: the share, to two significant digits."""
+        return f"{100 * self.warmup_steps / self.total_steps:.2g}%"
+
+
+class LoadedConfig(NamedTuple):
+    config: ElectraConfig
+    # The file's schedule when the warm-up was scaled to its share (below); None: as given.
+    warmup_from: WarmupShare | None = None
+
+
 def load_config(path: str | Path, overrides: typing.Sequence[str] = ()) -> ElectraConfig:
     """Read a preset (by name) or a run config JSON (a path or URI), apply ``section.key=value``
     overrides (each checked against the schema first: an unknown key names the ``--set`` item),
-    merge onto the defaults, validate (an unknown key in the file names the file)."""
+    merge onto the defaults, validate (an unknown key in the file names the file); the warm-up
+    as ``load_run_config`` scales it."""
+    return load_run_config(path, overrides).config
+
+
+def load_run_config(path: str | Path, overrides: typing.Sequence[str] = ()) -> LoadedConfig:
+    """``load_config``, saying whether the warm-up was scaled.
+
+    The warm-up is a share of the schedule (the paper: 10,000 of Base's 766,000 steps; ``tiny``:
+    30 of 300). An override that changes ``optimizer.total_steps`` and leaves
+    ``optimizer.warmup_steps`` alone keeps the config file's share, rounded, at least one step:
+    ``--set optimizer.total_steps=20000`` on ``base`` warms up for 261 steps, not 10,000 (half
+    the run). A warm-up the overrides set is kept as given; the file (preset or the user's own) is
+    the reference either way, so a file's own ``total_steps`` keeps its ``warmup_steps``."""
     path = config_location(path)
     raw = strict.load_json(str(path))
+    reference = _file_schedule(raw)
     for item in overrides:
         apply_override(raw, item)
-    return ElectraConfig.from_dict(raw, source=f"{path}: config")
+    cfg = ElectraConfig.from_dict(raw, source=f"{path}: config")
+    opt = cfg.optimizer
+    given = {item.partition("=")[0].strip() for item in overrides}
+    if reference is None or "optimizer.warmup_steps" in given or opt.total_steps == reference.total_steps:
+        return LoadedConfig(cfg)
+    scaled = dataclasses.replace(opt, warmup_steps=reference.steps_for(opt.total_steps))
+    return LoadedConfig(dataclasses.replace(cfg, optimizer=scaled), reference)
+
+
+def _file_schedule(raw: Any) -> WarmupShare | None:
+    """The (warm-up, total) of a config file's optimizer section (defaults where it is silent);
+    None where the section is invalid (the full load reports it, unless an override fixes it)."""
+    section = raw.get("optimizer", {}) if isinstance(raw, dict) else None
+    try:
+        opt = strict.from_dict(OptimizerConfig, section, where="optimizer")
+    except ConfigError:
+        return None
+    return WarmupShare(opt.warmup_steps, opt.total_steps)
 
 
 def apply_override(raw: dict[str, Any], item: str) -> None:

@@ -8,7 +8,9 @@ kept in checkpoints and compared on resume, is the corpus's own for one corpus (
 resume as before) and, for several, a hash over each corpus's identity and the weights: another
 corpus, another order of ``--data`` or other weights would move the saved data position into
 another stream, and is refused like a republished corpus (``data.allow_corpus_change`` lets it
-through with a warning).
+through with a warning). A corpus that its weight repeats more than ``mixture.REPEAT_WARNING``
+times per epoch is warned about once, when the train split's mixture is made (on rank 0 only
+when there are several ranks).
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from dataclasses import dataclass
 from common import storage
 from common.hashing import sha256_bytes
 from electra.corpus import CorpusInfo, CorpusMismatchError, ShardRef, check_shards, list_shard_folders, open_corpus
-from electra.mixture import ORDER_VERSION, Mixture, takes_for
+from electra.mixture import ORDER_VERSION, REPEAT_WARNING, Mixture, takes_for, weight_for_repeat
 from pipelines import schema
 
 log = logging.getLogger(__name__)
@@ -110,6 +112,12 @@ class CorpusSet:
             mixture = Mixture(tuple(counts), takes)
             for loc, n, t in zip(self.locations, sizes, takes):
                 log.info("corpus %s: %d train examples, %d per epoch (%.2fx)", loc, n, t, t / n if n else 0.0)
+            for j, (loc, n, t) in enumerate(zip(self.locations, sizes, takes)):
+                if n and t / n > REPEAT_WARNING:
+                    log.warning("--data %s: data.weights repeat its %d train examples %.3gx per epoch (more than "
+                                "%gx: the model memorises them); give it more text, or a weight of at most %.3g "
+                                "(data.weights, the others kept)", loc, n, t / n, REPEAT_WARNING,
+                                weight_for_repeat(j, sizes, self.weights, REPEAT_WARNING))
         return tuple(shards), tuple(skipped), mixture
 
 

@@ -73,8 +73,38 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+# DeepSpeed's lines that every run of ours printed and that ask nothing of the user (each filter
+# matches one message exactly; DeepSpeed's other warnings pass):
+# - "You are using ZeRO with an untested optimizer": ours (electra.optim.AdamWeightDecay, no bias
+#   correction) is not on DeepSpeed's list; we allow it knowingly (``zero_allow_untested_optimizer``
+#   in ``deepspeed_config``) and test it under ZeRO 1-3 (tests/electra/_zero_worker.py);
+# - torch's FutureWarning on ``all_gather_into_tensor``, which DeepSpeed's ZeRO calls, not we.
+# "Setting accelerator to CPU ... we were unable to detect it" is avoided at its source instead:
+# without CUDA this project trains on the CPU, and says so (DS_ACCELERATOR) before DeepSpeed guesses.
+DEEPSPEED_NOISE = ("You are using ZeRO with an untested optimizer",)
+TORCH_NOISE = r"`torch\.distributed\.all_gather_into_tensor` is deprecated"
+
+
+def _not_noise(record: logging.LogRecord) -> bool:
+    return not any(text in record.getMessage() for text in DEEPSPEED_NOISE)
+
+
+def quiet_deepspeed() -> None:
+    """Silence DeepSpeed's noise (``DEEPSPEED_NOISE`` above) in this process, before DeepSpeed is
+    imported (it picks its accelerator then); idempotent. A ``DS_ACCELERATOR`` already set wins."""
+    import warnings
+
+    if not torch.cuda.is_available():
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    ds_logger = logging.getLogger("DeepSpeed")  # the one DeepSpeed's LoggerFactory configures
+    if _not_noise not in ds_logger.filters:
+        ds_logger.addFilter(_not_noise)
+    warnings.filterwarnings("ignore", message=TORCH_NOISE, category=FutureWarning)
+
+
 def init_distributed() -> DistInfo:
     """Join the launcher's process group, or make a one-rank group when run without one."""
+    quiet_deepspeed()
     import deepspeed
 
     own = "RANK" not in os.environ  # no launcher: this process makes its own one-rank group

@@ -65,6 +65,10 @@ from electra.corpus import ShardRef
 # window over cycles). Part of a mixture's data identity, so a checkpoint of another order is
 # refused on resume instead of continuing from a position in a different stream.
 ORDER_VERSION = 2
+# A source repeated more than this many times per epoch is said once at start (electra.corpus_set):
+# a model shown the same few examples that often memorises them (the paper's corpora are seen
+# about 40 times over a whole run), and it usually means a weight meant for a larger corpus.
+REPEAT_WARNING = 10.0
 # Salt of a source's cycle generator (its seed words differ in number from the shard
 # permutation's [seed, epoch] and the block shuffle's [seed, epoch, block]).
 _CYCLE = 0xC1C1E
@@ -123,6 +127,15 @@ def takes_for(sizes: Sequence[int], weights: Sequence[float] | None) -> tuple[in
         if t and not n:
             raise ValueError(f"source {j} has weight {weights[j]} but no examples")
     return tuple(takes)
+
+
+def weight_for_repeat(j: int, sizes: Sequence[int], weights: Sequence[float], repeat: float) -> float:
+    """The weight of source ``j`` at which it gives an epoch ``repeat`` times its own examples, the
+    others' weights kept: ``N w / (S - w_j + w) = repeat n_j`` solved for ``w`` (``N``: all
+    sources' examples, ``S``: the weights' sum). Needs ``N > repeat n_j``, which any source
+    repeated more than ``repeat`` times satisfies."""
+    total, n, rest = sum(sizes), sizes[j], sum(weights) - weights[j]
+    return repeat * n * rest / (total - repeat * n)
 
 
 def epoch_slices(shards: Sequence[ShardRef], mixture: Mixture | None, *, seed: int, epoch: int) -> list[ShardSlice]:

@@ -5,7 +5,9 @@ group, no DeepSpeed engine, no C++ op), so a user error surfaces in seconds as o
 the key or path, not minutes later as a traceback from every rank. In order:
 
 1. the run directory: a local or shared-filesystem path that is, or can be, a folder;
-2. the config: a preset by name or a file (``electra.config.load_config``), the overrides;
+2. the config: a preset by name or a file (``electra.config.load_run_config``), the overrides (a
+   ``total_steps`` changed without a warm-up keeps the file's share of warm-up; a run that resumes
+   keeps the warm-up it started with);
 2b. ``--init-from``: the checkpoint's architecture replaces the preset's (a contradicting user
    setting is an error) and its vocabulary must be the corpus's (``electra.init_from``);
 3. the corpora: manifest, tokenizer (sha256 against the manifest and, when resuming, against the
@@ -37,6 +39,10 @@ and ``small`` on its 128-token corpus through and stops ``base`` and ``large`` a
 length (tests/electra/test_run_summary.py pins where the line falls), i.e. anything past about a
 minute per step at a CPU's tens of GFLOP/s. The estimate in the message uses the CPU's measured
 matmul rate (``electra.hardware.matmul_flops_per_second``), a lower bound on the step's time.
+Then that the corpus fills one global batch (``check_fills_batch``): fewer train examples than
+that is no step at all, refused in one line naming the largest global batch they fill, counted
+from the manifests (so on any number of ranks, before start-up; the runner counts again what
+``data.skip_corrupt`` left); a validation split too small for one is said once.
 
 The result, a frozen ``RunPlan``, is what the other phases (``electra.pretrain_runner``) use;
 ``electra.random_init`` resolves the same way, so its export is the run's step 0.
@@ -54,8 +60,8 @@ from pathlib import Path
 from common import storage
 from common.config import ConfigError
 from electra import run_layout as layout
-from electra.batch_geometry import BatchGeometry
-from electra.config import ElectraConfig, load_config
+from electra.batch_geometry import BatchGeometry, unfillable
+from electra.config import ElectraConfig, WarmupShare, load_run_config
 from electra.corpus import ShardRef
 from electra.corpus_set import CorpusSet, ShardCheck, open_corpora
 from electra.init_from import InitSource, check_vocabulary, settle
@@ -82,6 +88,7 @@ class RunPlan:
     init: InitSource | None = None  # --init-from, for a run that starts (not one resuming itself)
     resume_schedule: bool = False  # load init's optimiser and schedule too (resume is its plan)
     rank: int = 0  # the launcher's RANK: only rank 0 lists the store (module docstring, step 3)
+    warmup_from: WarmupShare | None = None  # the config's schedule, when the warm-up was scaled to its share
     # The shard check, once done (here or adopted from rank 0); a box, so the frozen plan can
     # defer it to the first ask.
     _checked: list = dataclasses.field(default_factory=list, repr=False, compare=False)
@@ -227,11 +234,16 @@ def resolve(job: PretrainJob, *, world_size: int | None = None, precision: str |
 
     world_size = world_size_from_env() if world_size is None else world_size
     run_dir = check_run_dir(job.out)
-    requested = load_config(job.config, job.overrides)
+    requested, warmup_from = load_run_config(job.config, job.overrides)
     resume_dir = layout.find_latest(run_dir)
     prior = layout.CheckpointMeta.read(resume_dir) if resume_dir else None
+    if prior is not None and warmup_from is not None:
+        requested, warmup_from = keep_started_warmup(requested, warmup_from, run_dir)
+    scaled = requested.optimizer
     requested, init = settle(requested, config=job.config, overrides=job.overrides, init_from=job.init_from,
                              resume_schedule=job.resume_schedule, run_dir=run_dir, resuming=prior is not None)
+    if requested.optimizer != scaled:  # --resume-schedule: the checkpoint's schedule, as it was
+        warmup_from = None
     corpus = open_corpora(job.corpora, weights=requested.data.weights,
                           tokenizer_sha256=prior.tokenizer_sha256 if prior else None,
                           manifest_sha256=prior.manifest_sha256 if prior else None,
@@ -269,10 +281,56 @@ def resolve(job: PretrainJob, *, world_size: int | None = None, precision: str |
     elif init is not None and job.resume_schedule:
         resume, ds_config = _schedule_resume(init, cfg, ds_config, world_size)
     plan = RunPlan(job, run_dir, cfg, corpus, geometry, ds_config, resume_dir, resume, init,
-                   init is not None and job.resume_schedule, rank=int(os.environ.get("RANK", "0")))
+                   init is not None and job.resume_schedule, rank=int(os.environ.get("RANK", "0")),
+                   warmup_from=warmup_from)
     if world_size == 1:  # one process: the check's errors surface here, in seconds
         plan.check_shards()
     return plan
+
+
+def split_examples(corpus: CorpusSet, split: str) -> int:
+    """The split's examples over every corpus, by their manifests (no listing: any rank, at once)."""
+    return sum(s.num_examples for c in corpus.corpora for s in c.manifest.shards_for(split))
+
+
+def check_fills_batch(plan: RunPlan, listed: tuple[int, int] | None = None) -> None:
+    """A train split of fewer examples than one global batch has no step in an epoch
+    (``electra.sample_order``: ``steps = N // G`` in effect): one line naming the largest global
+    batch it fills (``batch_geometry.unfillable``). Counted from the manifests (any rank, before
+    start-up; the runner asks after ``check_fits_machine``, whose answer for a GPU preset on a CPU
+    comes first), or ``listed``: the (train, validation) examples the shard check left, which
+    ``data.skip_corrupt`` may have cut. A validation split too small for one is no evaluation:
+    said once, by rank 0. An empty train split is the shard check's to name (``no_train_shards``)."""
+    corpus, G = plan.corpus, plan.geometry.global_batch
+    train, validation = listed or (split_examples(corpus, "train"), split_examples(corpus, "validation"))
+    where = ", ".join(corpus.locations)
+    if 0 < train < G:
+        raise ConfigError(unfillable(train, G, plan.geometry.world_size, f"--data {where}"))
+    if listed or not (plan.cfg.train.eval_every and plan.cfg.data.eval_batches) or plan.rank != 0:
+        return
+    if 0 < validation < G:
+        log.warning("--data %s: the validation split's %d example(s) cannot fill one global batch of %d: no "
+                    "validation loss this run; rebuild the corpus with a larger --validation-fraction, or train "
+                    "with a smaller --global-batch-size", where, validation, G)
+    elif not validation:
+        log.info("no validation split in --data %s: no evaluation", where)
+
+
+def keep_started_warmup(requested: ElectraConfig, warmup_from: WarmupShare,
+                        run_dir: Path) -> tuple[ElectraConfig, WarmupShare | None]:
+    """A resumed run keeps the warm-up it started with where the scaled one differs, for the same
+    ``total_steps`` (a run started before warm-ups were scaled: its schedule must not jump)."""
+    try:
+        own = json.loads((run_dir / layout.CONFIG).read_text())["optimizer"]
+        started, total = int(own["warmup_steps"]), int(own["total_steps"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return requested, warmup_from
+    opt = requested.optimizer
+    if total != opt.total_steps or started == opt.warmup_steps:
+        return requested, warmup_from
+    log.info("optimizer.warmup_steps %d: the one %s started with (not %d, the config's share of %d)",
+             started, run_dir, opt.warmup_steps, total)
+    return dataclasses.replace(requested, optimizer=dataclasses.replace(opt, warmup_steps=started)), None
 
 
 def _schedule_resume(init: InitSource, cfg: ElectraConfig, ds_config: dict, world_size: int):

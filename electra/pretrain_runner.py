@@ -6,7 +6,8 @@
 * **resolve** (``electra.pretrain_plan.resolve``): config, corpus, shard listing, run directory,
   batch geometry, DeepSpeed config and resume plan, checked on every rank before any
   distributed start-up: a user error is one line within seconds. Then whether the run fits the
-  machine (``check_fits_machine``: a GPU-sized run on a CPU is refused unless ``train.allow_cpu``).
+  machine (``check_fits_machine``: a GPU-sized run on a CPU is refused unless ``train.allow_cpu``)
+  and whether the corpus fills one global batch (``check_fills_batch``).
 * **prepare**: join the process group (DeepSpeed's CPU shm op is skipped for one process), and
   rank 0 prints the config once (``electra.run_summary``: what differs from the defaults, and
   the derived values) and readies the run directory: deletes checkpoints a kill left incomplete,
@@ -35,7 +36,7 @@ from common import storage
 from electra import distributed as D
 from electra import run_layout as layout
 from electra.pretrain_job import PretrainJob
-from electra.pretrain_plan import RunPlan, check_fits_machine, resolve
+from electra.pretrain_plan import RunPlan, check_fills_batch, check_fits_machine, resolve
 from electra.seeding import seed_everything
 from electra.trainer import StartState, Trainer, TrainHooks
 
@@ -82,6 +83,7 @@ class PretrainRunner:
         estimate = check_fits_machine(self.plan, cuda=torch.cuda.is_available())
         if estimate is not None and os.environ.get("RANK", "0") == "0":  # before the process group
             log.warning("train.allow_cpu: a GPU-sized run on a CPU: %s", estimate)
+        check_fills_batch(self.plan)  # a corpus smaller than one global batch, from its manifests
         return self.plan
 
     def prepare(self) -> None:
@@ -91,7 +93,7 @@ class PretrainRunner:
             from electra.run_summary import summary_lines
 
             for line in summary_lines(plan.cfg, plan.geometry, config=self.job.config,
-                                      written_to=str(plan.run_dir / layout.CONFIG)):
+                                      written_to=str(plan.run_dir / layout.CONFIG), warmup_from=plan.warmup_from):
                 log.info("%s", line)
             layout.clean_incomplete(plan.run_dir)
             for name, obj in ((layout.CONFIG, plan.cfg.to_dict()), (layout.DEEPSPEED_CONFIG, plan.ds_config)):
@@ -105,6 +107,9 @@ class PretrainRunner:
                 log.info("starting from %s (%s)", plan.init.location, plan.init.kind)
         # rank 0's listing, and the mixture made from it: every rank plans the same order
         self.shards = D.on_rank0(lambda: (plan.train_shards, plan.validation_shards, plan.train_mixture))
+        train, validation, mixture = self.shards  # again, on what data.skip_corrupt left
+        check_fills_batch(plan, (sum(mixture.takes) if mixture else sum(s.num_examples for s in train),
+                                 sum(s.num_examples for s in validation)))
         D.barrier()
 
     def build(self) -> Trainer:

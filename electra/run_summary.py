@@ -9,7 +9,8 @@ instead, as nanochat prints its derived values, a few lines:
 * what differs from the defaults (the paper's ELECTRA-Small, ``electra.config``), one line per
   section: the preset's own values, the ``--set`` overrides and what the corpus decided;
 * derived values: parameters, the batch split (micro x ranks x accumulation steps), tokens and
-  training FLOPs per optimizer step, masked positions per sequence, the schedule.
+  training FLOPs per optimizer step, masked positions per sequence, the schedule (a warm-up
+  scaled to a shortened schedule says so, with the config's share).
 
 Parameters are counted on a model built on PyTorch's ``meta`` device (shapes, no memory, no
 initialisation cost), so the count is the model's own, not a formula that could drift from it.
@@ -17,7 +18,7 @@ initialisation cost), so the count is the model's own, not a formula that could 
 from __future__ import annotations
 
 from electra.batch_geometry import BatchGeometry
-from electra.config import ElectraConfig, ModelConfig
+from electra.config import ElectraConfig, ModelConfig, WarmupShare
 from electra.flops import training_flops_per_token
 
 
@@ -55,8 +56,10 @@ def human(n: float, unit: str = "") -> str:
     return f"{n:.3g} {unit}".rstrip()
 
 
-def summary_lines(cfg: ElectraConfig, geometry: BatchGeometry, *, config: str, written_to: str) -> list[str]:
-    """The lines rank 0 logs at start (module docstring)."""
+def summary_lines(cfg: ElectraConfig, geometry: BatchGeometry, *, config: str, written_to: str,
+                  warmup_from: WarmupShare | None = None) -> list[str]:
+    """The lines rank 0 logs at start (module docstring). ``warmup_from``: the config file's
+    schedule, when the warm-up was scaled to its share (``electra.config.load_run_config``)."""
     lines = [f"config {config}; the full resolved config: {written_to}; differs from the defaults "
              "(ELECTRA-Small, electra/config.py) in:"]
     by_section: dict[str, list[str]] = {}
@@ -71,9 +74,18 @@ def summary_lines(cfg: ElectraConfig, geometry: BatchGeometry, *, config: str, w
                  f"micro {g.micro_batch} x {ranks} x {g.accum} accumulation step{'s' if g.accum != 1 else ''}; "
                  f"{step_tokens(cfg):,} tokens and {human(step_flops(cfg), 'FLOP')} per step; "
                  f"{cfg.max_predictions} masked positions per sequence of {cfg.seq_len}; "
-                 f"{cfg.max_steps:,} steps ({cfg.optimizer.warmup_steps:,} warm-up, LR {cfg.optimizer.lr:g} "
+                 f"{cfg.max_steps:,} steps ({_warmup(cfg, warmup_from, config)}, LR {cfg.optimizer.lr:g} "
                  f"decaying to 0 at {cfg.optimizer.total_steps:,}); {cfg.train.precision}")
     return lines
+
+
+def _warmup(cfg: ElectraConfig, warmup_from: WarmupShare | None, config: str) -> str:
+    """``10,000 warm-up``; scaled: ``261 warm-up: 1.3% of 20,000, base's share (10,000 of 766,000)``."""
+    opt = cfg.optimizer
+    if warmup_from is None:
+        return f"{opt.warmup_steps:,} warm-up"
+    return (f"{opt.warmup_steps:,} warm-up: {warmup_from.percent} of {opt.total_steps:,}, {config}'s share "
+            f"({warmup_from.warmup_steps:,} of {warmup_from.total_steps:,})")
 
 
 def _value(value) -> str:

@@ -9,9 +9,9 @@
 ``--config`` is a preset by name (``tiny``, ``mini``, ``small``, ``base``, ``large``; ``.json``
 optional) or a config file. This file is only the command line: the job it builds
 (``electra.pretrain_job``) goes through the runner's phases (``electra.pretrain_runner``).
-User errors (a bad key, a missing corpus, an impossible batch split, a refused resume) are
-found before any distributed start-up and printed as one line on stderr, by rank 0 only, with
-exit status 2; ``--debug`` shows the traceback instead.
+User errors (a bad key, a missing corpus, an impossible batch split, a corpus smaller than one
+batch, a refused resume) are found before any distributed start-up and printed as one line on
+stderr, by rank 0 only, with exit status 2; ``--debug`` shows the traceback instead.
 
 Run as a file, Python puts this file's folder (``electra/``) first on ``sys.path``, where the
 package's module names (``config``, ``data``, ``model``, ...) would shadow top-level modules of
@@ -64,6 +64,8 @@ def main(argv: list[str] | None = None, *, hooks=None) -> int:
     from electra import distributed as D
     from electra.pretrain_runner import PHASES, PretrainRunner
     from electra.trainer import TrainHooks
+
+    D.quiet_deepspeed()  # before anything imports DeepSpeed
 
     runner = PretrainRunner(job=None, hooks=hooks or TrainHooks())
     try:

@@ -124,11 +124,13 @@ class EvaluationJob:
         return job
 
     @classmethod
-    def check_data(cls, *, env: Mapping[str, str] | None = None, **values: Any) -> None:
+    def check_data(cls, *, env: Mapping[str, str] | None = None, **values: Any) -> EvaluationJob:
         """``load``'s checks of the tasks and data folders alone, for a request that names no
-        checkpoint yet (the scan: every checkpoint it finds gets these values)."""
+        checkpoint yet (the scan: every checkpoint it finds gets these values); the job, its
+        checkpoint a placeholder."""
         job, origin = cls._build(env, {**values, "checkpoint": "(each checkpoint found)"})
         job._check_data(origin)
+        return job
 
     @classmethod
     def _build(cls, env: Mapping[str, str] | None, values: dict[str, Any]) -> tuple[EvaluationJob, dict[str, str]]:
@@ -168,24 +170,38 @@ class EvaluationJob:
 
     def _check_task_folders(self, specs: list[TaskSpec], name: str) -> None:
         """Every asked task's train and dev files present, else one line naming the missing
-        tasks and the ``--tasks`` that evaluates the ones present (before any fine-tuning: a
-        missing task would otherwise fail only after the others ran). A file that is present
-        but malformed fails its task alone, in the runner's plan."""
-        from .glue_tasks import GlueDataError, check_files
+        tasks and the ``--tasks`` that evaluates what the folder has: the asked tasks present,
+        else every task it holds (a folder holding SST-2 alone, asked for the default four:
+        ``--tasks SST-2``), besides the official download. Before any fine-tuning: a missing task
+        would otherwise fail only after the others ran. A file that is present but malformed
+        fails its task alone, in the runner's plan."""
+        from .glue_tasks import TASKS, GlueDataError, check_files
 
-        missing = {}
-        for spec in specs:
+        def has(spec: TaskSpec) -> str | None:  # None: its files are there; else why not
             try:
                 check_files(spec, self.glue_dir)
+                return None
             except GlueDataError as exc:
-                missing[spec.name] = str(exc)
+                return str(exc)
+
+        missing = {spec.name: why for spec in specs if (why := has(spec)) is not None}
         if not missing:
             return
+        asked = "" if self.tasks is not None else "the default --tasks; "
+        download = "point it at the official GLUE download (CoLA/, MRPC/, ...)"
         present = [s.name for s in specs if s.name not in missing]
+        held = [spec.name for spec in TASKS.values() if has(spec) is None]
+        if present:
+            way = f"evaluate the tasks it has with --tasks {','.join(present)}"
+        elif held:
+            way = (f"it holds {', '.join(held)}: evaluate {'it' if len(held) == 1 else 'them'} with "
+                   f"--tasks {','.join(held)}, or {download}")
+        else:
+            folders = sorted(p.name + "/" for p in Path(self.glue_dir).iterdir() if p.is_dir())[:5]
+            way = (f"it holds no GLUE task ({'folders: ' + ', '.join(folders) if folders else 'no folders'}); "
+                   f"{download}")
         first = next(iter(missing.values()))
-        way = (f"evaluate the tasks it has with --tasks {','.join(present)}" if present else
-               "point it at the official GLUE download (CoLA/, MRPC/, ...)")
-        raise ConfigError(f"{name}={self.glue_dir} lacks {', '.join(missing)} ({first}); {way}")
+        raise ConfigError(f"{name}={self.glue_dir} lacks {', '.join(missing)} ({asked}{first}); {way}")
 
     @property
     def step_dir(self) -> Path | None:

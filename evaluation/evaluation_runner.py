@@ -45,7 +45,7 @@ from common.lease import Lease, LeaseHeld, LeaseInfo
 from electra import eval_handoff as handoff
 from electra import run_layout as layout
 
-from . import eval_layout, glue_submission, report
+from . import eta, eval_layout, glue_submission, report
 from .evaluation_job import EvaluationJob
 from .evaluation_unit import Unit, UnitContext, run_unit  # noqa: F401  (run_unit: re-exported for callers)
 from .finetune import check_task_data, recipe_for_model, task_data_files
@@ -205,13 +205,14 @@ class EvaluationRunner:
 
     def plan(self) -> list[Unit]:
         """Every file parsed first; a bad or missing one fails its task only."""
-        units = []
+        units, steps = [], {}
         for spec in self.job.task_specs:
             try:
-                check_task_data(spec, self.job.glue_dir)
+                rows = check_task_data(spec, self.job.glue_dir)
             except (GlueDataError, OSError) as exc:
                 self._fail(spec.name, exc)
                 continue
+            steps[spec.name] = eta.planned_steps(spec, rows["train"], self.recipe)
             if self.per_seed:
                 units += [Unit(spec.name, seed) for seed in self.recipe.seeds]
             else:
@@ -223,6 +224,9 @@ class EvaluationRunner:
                 units.append(Unit(name))
             except (SquadDataError, OSError) as exc:
                 self._fail(name, exc)
+        squad = squad_task_name(self.job.squad_version) if any(u.is_squad for u in units) else None
+        # the progress lines' whole-evaluation ETA (evaluation.eta): this process's units only
+        eta.activate(eta.clock_for(steps, self.recipe.seeds, squad))
         log.info("evaluating %s -> %s: %d unit(s) (%s)%s", self.job.target, self.out, len(units),
                  ", ".join(u.describe() for u in units),
                  f"; failed before fine-tuning: {', '.join(self.failed)}" if self.failed else "")
@@ -230,6 +234,7 @@ class EvaluationRunner:
 
     def publish(self, outcomes: dict[Unit, dict | BaseException]) -> dict[str, Any]:
         """Merge, write the report and ``results.json`` (last), release the checkpoint's pin."""
+        eta.activate(None)  # fine-tuning is over
         finished: dict[str, TaskResult] = {}
         for unit, outcome in outcomes.items():
             if isinstance(outcome, BaseException):

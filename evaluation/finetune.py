@@ -30,12 +30,12 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from . import baselines, glue_tasks
+from . import baselines, eta, glue_tasks
 from .glue_tasks import GlueExample
 from .heads import FinetuneModel, SequenceHead, sequence_loss
 from .loop import load_tokenizer, predict, resolve_device, seed_everything, train
 from .predictions import class_probabilities, glue_rows, prediction_path, recompute_metrics, write_predictions
-from .recipe import FinetuneRecipe, cap_lengths, infer_size, recipe_for_size
+from .recipe import FinetuneRecipe, recipe_for_shape
 from .results import SeedResult, TaskResult, hash_files, load_seed, resume_key, save_seed
 from .task_spec import TaskSpec
 from .tasks import get_task
@@ -52,8 +52,7 @@ def recipe_for_model(model_dir: str | Path, **overrides: Any) -> FinetuneRecipe:
     except (OSError, KeyError, ValueError) as exc:
         raise ValueError(f"{path}: cannot read hidden_size/max_position_embeddings "
                          f"({exc!r})") from exc
-    recipe = recipe_for_size(overrides.pop("size", None) or infer_size(hidden), **overrides)
-    return cap_lengths(recipe, positions)
+    return recipe_for_shape(hidden, positions, **overrides)
 
 
 def task_data_files(task: TaskSpec, glue_dir: str | Path) -> list[Path]:
@@ -155,6 +154,9 @@ def finetune_glue(task: TaskSpec | str, *, model_dir: str | Path, glue_dir: str 
         raise ValueError(f"{task.name}: seeds {sorted(set(only_seeds) - set(wanted))} are not in "
                          f"the recipe's seeds {recipe.seeds}")
     done = {s: load_seed(out_dir, task.name, s, key=key) for s in wanted}
+    clock = eta.active()
+    for seed in (s for s, saved in done.items() if saved is not None and clock is not None):
+        clock.skip(f"{task.name} seed {seed}")  # saved by an earlier run: nothing to go
     # what predicting the training majority (STS-B: the training mean) scores on these dev sets
     baseline = baselines.glue_baseline(task, train_ex, eval_sets)
     result = lambda seeds: TaskResult(  # noqa: E731

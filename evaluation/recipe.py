@@ -55,6 +55,7 @@ LLRD variant, optimiser, precision, device) are errors naming the key.
 from __future__ import annotations
 
 import dataclasses
+import math
 import typing
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
@@ -157,6 +158,19 @@ def recipe_for_size(size: str, **overrides: Any) -> FinetuneRecipe:
     if size not in SIZE_DEFAULTS:
         raise strict.ConfigError(f"unknown model size {size!r}; known: {list(SIZE_DEFAULTS)}")
     return FinetuneRecipe.from_dict({"size": size, **SIZE_DEFAULTS[size], **overrides})
+
+
+def total_steps(rows: int, batch_size: int, epochs: float) -> int:
+    """The optimizer steps a fine-tuning run takes (``loop.train``; the ETA's plan): ``epochs``
+    (fractions allowed) of ``rows`` in batches, at least one."""
+    return max(1, math.ceil(epochs * math.ceil(rows / batch_size)))
+
+
+def recipe_for_shape(hidden_size: int, max_positions: int, **overrides: Any) -> FinetuneRecipe:
+    """The paper's recipe for a model this wide (an explicit ``size`` override wins), its lengths
+    capped to the model's positions (``cap_lengths``); ``ConfigError`` for a bad override."""
+    recipe = recipe_for_size(overrides.pop("size", None) or infer_size(hidden_size), **overrides)
+    return cap_lengths(recipe, max_positions)
 
 
 def cap_lengths(recipe: FinetuneRecipe, max_positions: int) -> FinetuneRecipe:

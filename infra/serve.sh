@@ -36,19 +36,26 @@ echo "make serve: the hourly scan evaluates the runs under ELECTRA_RUNS_DIR=$ELE
 "$PREFECT" server start --host 127.0.0.1 --port "$PORT" &
 SERVER=$!
 WORKER=""
-cleanup() {  # stop the worker and the server; after 10 s of graceful shutdown, kill them
-    trap - EXIT INT TERM
-    local pids="$SERVER ${WORKER}"
+stop() {  # SIGINT, then SIGKILL after 10 s of graceful shutdown; `wait` reaps them as they exit
+    local pids="$*"
+    [ -n "${pids// /}" ] || return 0
     kill -INT $pids 2>/dev/null || true
-    # `wait` reaps them as they exit (a `kill -0` loop would see the exited ones as zombies until
-    # the end); a helper kills what is still there after 10 s.
     ( sleep 10; kill -9 $pids 2>/dev/null ) &
     local killer=$!
     wait $pids 2>/dev/null || true
     kill "$killer" 2>/dev/null || true
+}
+cleanup() {  # the worker first, while the server still answers it (stopped together, the worker
+    # met a closed port and printed a ConnectionRefusedError traceback), then the server
+    trap - EXIT INT TERM
+    stop ${WORKER}
+    stop "$SERVER"
     wait 2>/dev/null || true
 }
-trap cleanup EXIT INT TERM
+# Ctrl-C or SIGTERM (`docker stop`, systemd, `kill`) is how this server is meant to end: a clean
+# stop exits 0, not 130/143 (make printed "Error 143" for a requested stop).
+trap 'cleanup; exit 0' INT TERM
+trap cleanup EXIT
 
 for _ in $(seq 1 120); do
     if .venv/bin/python -c "import urllib.request,sys; urllib.request.urlopen('${PREFECT_API_URL}/health', timeout=2)" 2>/dev/null; then

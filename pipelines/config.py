@@ -77,11 +77,16 @@ class _FilterSettings:
     * ``<block>``: one section per declared block (``filter.c4``, ``filter.pii``, ...);
     * ``by_language``: per-language settings over the sections above and the language's shipped
       profile (``pipelines/language/profiles.py``): ``{"ja": {"gopher_quality": {"min_doc_words":
-      30}, "lm_quality": {"reference": "s3://.../ja.txt.gz"}}}``. Checked against the sections' fields.
+      30}, "lm_quality": {"reference": "s3://.../ja.txt.gz"}}}``. Checked against the sections' fields;
+    * ``min_kept_share``: a build whose filter stage keeps a smaller share of its documents fails
+      with the drop report's one line (``pipelines.orchestration.drop_report.check_kept``); 0 keeps
+      any share (the line is then a manifest warning). It decides whether the stage's output is
+      used, never what it is, so it is not in the stage's cache key (``CorpusConfig.sections``).
     """
 
     def validate(self) -> None:
         check(len(set(self.blocks)) == len(self.blocks), f"blocks lists a block twice: {self.blocks}")
+        check(0 <= self.min_kept_share <= 1, "min_kept_share must be in [0, 1]")
         for code, sections in self.by_language.items():
             check(isinstance(code, str) and 2 <= len(code) <= 3 and code.isalpha() and code.islower(),
                   f"by_language: {code!r} is not an ISO 639 code (two or three lower-case letters)")
@@ -110,7 +115,8 @@ FilterConfig = dataclasses.make_dataclass(
      ("blocks", list[FilterBlock],  # type: ignore[valid-type]
       field(default_factory=lambda: [b.name for b in _BLOCKS if b.default])),
      *[(b.name, b.config, field(default_factory=b.config)) for b in _BLOCKS],
-     ("by_language", dict, field(default_factory=dict))],
+     ("by_language", dict, field(default_factory=dict)),
+     ("min_kept_share", float, field(default=0.05))],
     bases=(_FilterSettings,), namespace={"__module__": __name__, "__doc__": _FilterSettings.__doc__})
 
 
@@ -325,9 +331,15 @@ class CorpusConfig:
         tokenizer's section holds the flags it uses (``TokenizerConfig.resolved``): leaving them
         unset keys as setting them to what they resolve to, the same tokenizer. Its
         ``max_unk_share`` decides whether the stage's output is used, never what it is: left out
-        (publish applies it again to the recorded share: ``tokenizer_coverage.check_recorded``)."""
+        (publish applies it again to the recorded share: ``tokenizer_coverage.check_recorded``).
+        So is the filter's ``min_kept_share``: a build it failed, rerun with a lower one, reuses
+        the filter stage it ran (``drop_report.check_kept`` reads the stage's record)."""
         def section(n: str) -> dict[str, Any]:
             s = getattr(self, n)
+            if n == "filter":
+                d = dataclasses.asdict(s)
+                del d["min_kept_share"]
+                return d
             if not isinstance(s, TokenizerConfig):
                 return dataclasses.asdict(s)
             d = dataclasses.asdict(s if s.pretrained else s.resolved())

@@ -13,6 +13,13 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
+# Prefect sets up its console handlers when its flow machinery is first imported, bound to the
+# sys.stderr of that moment. The command lines import it late (cli/build_corpus.py checks the job
+# first), so a test calling a CLI's main() under capsys would bind them to that test's captured
+# stream: its log lines would land in the test's stderr, and later tests' writes fail on the
+# closed stream. Imported here, at collection, as in a user's process: the real stderr.
+from prefect import flow  # noqa: E402,F401
+
 
 def pytest_sessionstart(session):
     """Free the DeepSpeed all-reduce segments that runs before the fix in

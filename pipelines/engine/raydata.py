@@ -14,6 +14,8 @@
   in Ray 2.60; run the driver on the head (``ray exec``/``ray job submit``) with ``auto``.
   Either way every worker gets ``WORKER_THREAD_ENV``: one ``tokenizers`` thread per task, as a
   task holds one CPU (the driver, which trains the tokenizer, keeps its own environment).
+  Starting is ``pipelines.engine.ray_start``'s: quiet, and one line naming the cause when Ray
+  does not start or answer.
 * ``configure_data_context``: Ray Data settings measured to matter (see its docstring).
 * ``quiet_ray_data_console`` and ``drop_stale_no_cpu_warning``: Ray Data's console shows warnings
   and errors, not three lines per execution, and not its false "no available CPUs ... will hang"
@@ -56,8 +58,11 @@ WORKER_THREAD_ENV = {"TOKENIZERS_PARALLELISM": "false", "RAYON_NUM_THREADS": "1"
 
 
 def init_ray(address: str | None = None, *, num_cpus: int | None = None, worker_pip: str | None = None) -> None:
-    """Connect to (or start) Ray once per process and configure Ray Data."""
+    """Connect to (or start) Ray once per process and configure Ray Data; a failure is
+    ``ray_start.RayUnavailable``, one line naming the cause and ``--ray-address``."""
     import ray
+
+    from pipelines.engine import ray_start
 
     if ray.is_initialized():
         configure_data_context()
@@ -77,12 +82,11 @@ def init_ray(address: str | None = None, *, num_cpus: int | None = None, worker_
         runtime_env: dict = {"py_modules": modules, "env_vars": env}
         if worker_pip:
             runtime_env["pip"] = worker_pip
-        ray.init(address=address, runtime_env=runtime_env, log_to_driver=False)
+        ray_start.check_address(address)
+        ray_start.start(address, runtime_env=runtime_env, log_to_driver=False)
     else:
-        # "local": start a private instance, never attach to a cluster that `ray start` left on
-        # this machine (that is what --ray-address is for).
-        ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
-                 runtime_env={"env_vars": dict(WORKER_THREAD_ENV)})
+        ray_start.start(None, num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
+                        runtime_env={"env_vars": dict(WORKER_THREAD_ENV)})
         drop_stale_no_cpu_warning()
     configure_data_context()
 

@@ -15,9 +15,20 @@ is identified first, with the language block's own model and sample, once per do
 
 ``filter_batch`` is the filter stage's map function: it normalises every row that ingestion did
 not already reject, runs the blocks, sets ``reason``/``detail`` on drops and writes the detected
-language in a ``language`` column ("" where the language block did not run), which
-``pipelines.engine.parts`` counts per language and removes before writing. An empty document after
+language in a ``language`` column, which ``pipelines.engine.parts`` counts per language (kept and
+dropped: the manifest's ``languages``) and removes before writing. An empty document after
 normalisation is always dropped (``filter:empty``), whatever the blocks.
+
+Every document is counted under a language when ``language`` is among the blocks, whichever block
+dropped it: a document dropped before the language block ran (a word rule of the build's one
+language) is identified then, with the language block's model and sample, so the per-language
+kept + dropped add up to the stage's ``documents_in`` and a report can say in which language the
+drops were (``pipelines.orchestration.drop_report``). A document with no text left is counted as
+``und`` (undetermined). The price is one identification per such drop, paid only on drops:
+about 0.1 ms per document (Debian's Spanish reference split at blank lines, 4,184 short blocks
+nearly all dropped before the language block: 0.45 s more of one CPU than the blocks' own 0.16 s,
+in a 4.5 s filter stage on Ray). Without the language block nothing is identified and the column
+stays "" (no per-language counts).
 
 The filter config (``pipelines.config.FilterConfig``) is typed ``Any`` here: it is made from the
 blocks' declarations, so this module, which the blocks' package imports, does not import it.
@@ -71,6 +82,8 @@ class Filters:
         self.fixed = self.languages[0] if self.languages and len(self.languages) == 1 else None
         self._blocks: dict[str, list[Block]] = {}
         self._profile, self._splitter = profile_for, splitter
+        # Whether documents get a language: every one, kept or dropped (module docstring).
+        self.identifies = "language" in cfg.blocks
 
     def language_of(self, doc: Doc) -> str:
         """The language whose profile filters ``doc``."""
@@ -110,6 +123,20 @@ def run_blocks(doc: Doc, blocks: list[Block]) -> Verdict | None:
     return None
 
 
+UNDETERMINED = "und"  # the language counted for a document with no text left (ISO 639-2)
+
+
+def _identify(doc: Doc, filters: Filters) -> str:
+    """The language a document the language block did not see is counted under."""
+    if not doc.text.strip():
+        return UNDETERMINED
+    if doc.ranked is None:
+        from pipelines.filters.language import classify
+
+        doc.ranked = classify(doc.text, filters.cfg.language.sample_chars)
+    return doc.ranked[0][0] if doc.ranked else UNDETERMINED
+
+
 _FILTERS_CACHE: dict[str, Filters] = {}
 
 
@@ -146,6 +173,8 @@ def filter_batch(batch: dict[str, np.ndarray], cfg: Any, protected: Any = None,
         if verdict is None and protected is not None:
             found = contamination(doc.text, protected)
             verdict = None if found is None else Verdict(*found)
+        if not doc.language and filters.identifies:  # dropped before the language block ran
+            doc.language = _identify(doc, filters)
         languages[i] = doc.language
         if verdict is None:
             texts[i] = doc.text  # as the rewriting blocks left it

@@ -70,11 +70,16 @@ def unk_share(split: dict[str, Any]) -> float | None:
 
 
 def manifest_of(build: CorpusBuild, results: dict[str, StageResult]) -> schema.Manifest:
+    from pipelines.orchestration.drop_report import check_kept
     from pipelines.tokenizer_coverage import check_recorded
 
-    # The tokenizer stage applied tokenizer.max_unk_share when it ran; a cached one is checked
-    # against this build's threshold too.
+    # The tokenizer stage applied tokenizer.max_unk_share when it ran, and the stage after filter
+    # filter.min_kept_share; stages cached from a build with other thresholds are checked against
+    # this build's too (neither threshold is in a stage's key).
     check_recorded(results["tokenizer"].stats, build.cfg.tokenizer)
+    check_kept(results["filter"].stats, build.cfg,
+               rejected=storage.join(build.out, rejected_folder("filter", results["filter"].key)),
+               files=results["filter"].rejected_parts())
     shards = [schema.ShardInfo(**s) for s in results["shard"].product["shards"]]
     documents = {s: v.get("documents", 0) for s, v in results["pack"].stats.get("splits", {}).items()}
     splits = {}
@@ -95,7 +100,7 @@ def manifest_of(build: CorpusBuild, results: dict[str, StageResult]) -> schema.M
                            splits=splits, shards=shards, stats=stats, config=build.cfg.to_dict(),
                            rejected_lists=rejected, generation=results["shard"].key, build_key=build.build_key,
                            languages=results["filter"].stats.get("languages", {}),
-                           warnings=[w for name in ("filter", "tokenizer", "pack")
+                           warnings=[w for name in ("ingest", "filter", "tokenizer", "pack")
                                      for w in results[name].stats.get("warnings", [])],
                            decontamination=results["filter"].stats.get("decontamination", {}))
 
@@ -112,8 +117,8 @@ def quarantine_list(build: CorpusBuild, name: str, result: StageResult) -> schem
 
 def publish(build: CorpusBuild, results: dict[str, StageResult]) -> schema.Manifest:
     manifest = manifest_of(build, results)
-    for warning in manifest.warnings:
-        log.warning("%s", warning)
+    for warning in manifest.warnings:  # the command line prints them last, not also here
+        log.warning("%s", warning, extra={"cli_says": True})
     where = storage.join(build.out, schema.MANIFEST_NAME)
     try:  # the manifest it replaces, without its parts (the sweep reads one folder's at a time)
         previous = schema.Manifest.parse(schema.read_manifest_bytes(build.out), where)

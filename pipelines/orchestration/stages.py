@@ -48,7 +48,8 @@ from pipelines.engine.part_list import PartList, StoredParts
 from pipelines.config import CorpusConfig
 from pipelines.ingest import Sources
 from pipelines.ingest.boilerplate import REASONS as BOILERPLATE_REASONS
-from pipelines.orchestration.drop_report import NothingKept, ingest_report, report
+from pipelines.ingest.shape import wrapped_paragraphs_hint
+from pipelines.orchestration.drop_report import NothingKept, check_kept, ingest_report, report
 
 log = logging.getLogger("pipelines.orchestration.stages")
 CODE_VERSION = "8"  # bump when a stage's output format or algorithm changes
@@ -190,6 +191,12 @@ def _ingest(run: StageRun) -> dict[str, Any]:
     line = ingest_report(stats, rejected=run.rejected, files=len(run.sources.files))
     if line is not None:  # nothing for the later stages: say so here, with the reasons
         raise NothingKept(line)
+    # Plain text of one long hard-wrapped text cut into paragraphs the filters will drop: said
+    # here, before filtering, for every way a build runs (the CLI says it before it starts, too).
+    shape = wrapped_paragraphs_hint(run.sources.files, run.cfg, names=run.sources.names)
+    if shape is not None:
+        log.warning("ingest: %s", shape, extra={"cli_says": True})  # the CLI said it before starting
+        stats["warnings"] = [shape]
     return {"stats": stats, "files": out["files"], "rejected": out["rejected"]}
 
 
@@ -233,15 +240,26 @@ def _language_report(run: StageRun, stats: dict[str, Any], rejected: PartList) -
     cfg = run.cfg.filter
     configured = {code: frozenset(sections) for code, sections in cfg.by_language.items()}
     warnings = language_warnings(list(cfg.blocks), stats["languages"], references(cfg), configured)
-    line = report(stats, rejected=run.rejected, files=rejected, languages=cfg.language.languages)
+    line = report(stats, rejected=run.rejected, files=rejected, languages=cfg.language.languages,
+                  text_mode=run.cfg.ingest.text_mode)
     if line is not None and stats["documents_out"] == 0:
         raise NothingKept(line)
+    # A few kept is recorded, not raised: filter.min_kept_share is applied where the record is
+    # used (``filter_kept``), so a build it stopped reruns with a lower one from this stage's cache.
     return warnings + ([line] if line else [])
+
+
+def filter_kept(run: StageRun) -> None:
+    """``drop_report.check_kept`` on the filter stage this run reads (its record and quarantine)."""
+    result = run.inputs["filter"]
+    check_kept(result.stats, run.cfg, rejected=storage.join(run.corpus, rejected_folder("filter", result.key)),
+               files=result.rejected_parts())
 
 
 def _exact_dedup(run: StageRun) -> dict[str, Any]:
     from pipelines.dedup import exact_dedup
 
+    filter_kept(run)  # the first stage after filter: a build that kept too little stops here
     if not run.cfg.dedup.exact:
         return _documents(run, run.read("filter"))
     return _documents(run, *exact_dedup(run.parts("filter"), work=run.work, shuffle=run.cfg.shuffle))

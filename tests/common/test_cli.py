@@ -107,3 +107,18 @@ def test_key_flags_set_routed_extended_and_several_keys():
 def test_given_needs_a_parser_with_generated_flags():
     with pytest.raises(ValueError, match="generated flags"):
         cli.given(argparse.Namespace(x=1))
+
+
+@dataclass
+class Auto:
+    steps: int | None = field(default=None, metadata={"default": "the schedule's"})  # steps to run
+    peak: float | None = None  # None: a table by device
+    size: int = 8
+
+
+def test_a_default_decided_at_run_time_is_said_in_words_never_as_none():
+    """``--keep-until-evaluated`` read "(... default None)" for an on/off/auto flag."""
+    text = " ".join(parser_with(lambda f: f.fields(Auto, section="auto")).format_help().split())
+    assert "steps to run (auto.steps; default: the schedule's)" in text
+    assert "None: a table by device (auto.peak)" in text and "default None" not in text
+    assert "--size SIZE auto.size; default 8" in text

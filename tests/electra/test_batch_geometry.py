@@ -142,3 +142,16 @@ def test_a_resume_is_offered_only_world_sizes_that_resume(tmp_path, stage, asked
     if stage == 3:  # why no other is offered: plan_resume refuses it
         with pytest.raises(ResumeRefused):
             _resume_accepts(step_dir, 2048, 32, stage)
+
+
+@pytest.mark.parametrize("examples,world,tail", [
+    (5, 1, "the largest global batch it fills is 5: train with --global-batch-size 5, or on more text"),
+    (5, 2, "the largest global batch it fills on 2 ranks is 4: train with --global-batch-size 4, or on more text"),
+    (1, 2, ", and has fewer than the 2 ranks: train on more text, or on 1 rank with --global-batch-size 1"),
+])
+def test_a_corpus_smaller_than_one_batch_names_the_largest_it_fills(examples, world, tail):
+    from electra.batch_geometry import unfillable
+
+    line = unfillable(examples, 16, world, "--data c")
+    assert line.startswith(f"--data c: {examples} train example") and line.endswith(tail)
+    assert "cannot fill one global batch of 16 (train.global_batch_size)" in line

@@ -221,3 +221,36 @@ def test_a_file_wins_over_a_preset_and_a_bad_name_lists_the_presets(tmp_path, mo
                               "tiny (or give a path to a config JSON)")
     with pytest.raises(ConfigError, match="no such file and no such preset"):
         load_config(tmp_path / "elsewhere" / "small.json")  # a mistyped path never becomes a preset
+
+
+@pytest.mark.parametrize("preset,overrides,warmup,share", [
+    ("tiny", ["optimizer.total_steps=20"], 2, (30, 300)),  # 10%
+    ("base", ["optimizer.total_steps=20000"], 261, (10_000, 766_000)),  # the README's continue-pretraining run
+    ("small", ["optimizer.total_steps=3"], 1, (10_000, 1_000_000)),  # a share that rounds to 0: one step
+    ("tiny", ["optimizer.total_steps=3000"], 300, (30, 300)),  # a longer schedule too
+    ("tiny", ["optimizer.total_steps=20", "optimizer.warmup_steps=7"], 7, None),  # set: kept as given
+    ("tiny", ["optimizer.warmup_steps=7", "optimizer.total_steps=20"], 7, None),
+    ("tiny", ["optimizer.total_steps=300", "train.max_steps=20"], 30, None),  # the schedule unchanged
+    ("base", [], 10_000, None),  # a preset's own total_steps keeps the paper's warm-up
+])
+def test_a_changed_total_keeps_the_files_share_of_warm_up(preset, overrides, warmup, share):
+    """Issue 48: `--set optimizer.total_steps=N` kept the preset's warm-up in steps (base: 10,000 of a
+    20,000-step run; tiny: 30 of 20, never reaching the peak rate)."""
+    from electra.config import load_run_config
+
+    loaded = load_run_config(preset, overrides)
+    assert loaded.config.optimizer.warmup_steps == warmup
+    assert (tuple(loaded.warmup_from) if loaded.warmup_from else None) == share
+    assert load_config(preset, overrides) == loaded.config
+
+
+def test_a_users_file_is_the_reference_and_no_warm_up_stays_none(tmp_path):
+    from electra.config import load_run_config
+
+    mine = tmp_path / "mine.json"
+    mine.write_text(json.dumps({"optimizer": {"warmup_steps": 50, "total_steps": 1000}}))
+    assert load_run_config(mine, ["optimizer.total_steps=100"]).config.optimizer.warmup_steps == 5
+    mine.write_text(json.dumps({"optimizer": {"warmup_steps": 0, "total_steps": 1000}}))
+    assert load_run_config(mine, ["optimizer.total_steps=100"]).config.optimizer.warmup_steps == 0
+    mine.write_text(json.dumps({"optimizer": {"warmup_steps": -1}}))  # fixed by the override: no share
+    assert load_run_config(mine, ["optimizer.warmup_steps=3", "optimizer.total_steps=9"]).warmup_from is None

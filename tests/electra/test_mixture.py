@@ -258,3 +258,15 @@ def test_the_set_identity_covers_corpora_order_and_weights(pair):
     with pytest.raises(CorpusMismatchError, match="the checkpoint's mixture took whole shards and their first "
                                                   "examples .*another order of the same examples"):
         open_corpora([str(p) for p in pair], weights=[1, 3], data_sha256=first_order)
+
+
+@pytest.mark.parametrize("sizes,weights,j", [((35, 2), (1, 3), 1), ((2434, 9), (1, 3), 1), ((100, 5, 3), (2, 1, 4), 2)])
+def test_the_weight_that_repeats_a_corpus_exactly_the_warning_threshold(sizes, weights, j):
+    """The weight the repeat warning suggests (corpus_set: ``REPEAT_WARNING``) gives the corpus that
+    many copies per epoch, the others' weights kept."""
+    from electra.mixture import REPEAT_WARNING, weight_for_repeat
+
+    w = weight_for_repeat(j, sizes, weights, REPEAT_WARNING)
+    share = sum(sizes) * w / (sum(weights) - weights[j] + w)
+    assert share == pytest.approx(REPEAT_WARNING * sizes[j])
+    assert takes_for(sizes, weights)[j] > REPEAT_WARNING * sizes[j]  # the given weight is past it

@@ -108,3 +108,26 @@ def test_a_gpu_preset_on_a_cpu_is_refused_naming_the_fix(corpus, tmp_path):
     tiny = resolve(PretrainJob("tiny", str(corpus), str(tmp_path / "run")), world_size=1, precision="fp32")
     assert check_fits_machine(tiny, cuda=False) is None
     assert not (tmp_path / "run").exists()  # resolving writes nothing
+
+
+def test_a_scaled_warm_up_says_its_share(tmp_path, corpus):
+    """The derived line of a shortened schedule (electra.config.load_run_config): the warm-up's
+    steps and the preset's share; a resumed run keeps the warm-up it started with."""
+    import json
+
+    from electra.pretrain_plan import keep_started_warmup
+
+    job = PretrainJob("base", str(corpus), str(tmp_path / "run"), ["optimizer.total_steps=20000"])
+    plan = resolve(job, world_size=1, precision="fp32")
+    assert plan.cfg.optimizer.warmup_steps == 261 and tuple(plan.warmup_from) == (10_000, 766_000)
+    derived = summary_lines(plan.cfg, plan.geometry, config="base", written_to="c.json",
+                            warmup_from=plan.warmup_from)[-1]
+    assert "(261 warm-up: 1.3% of 20,000, base's share (10,000 of 766,000), LR 0.0002 decaying to 0 at 20,000)" \
+        in derived
+    run = tmp_path / "old"  # a run started before warm-ups were scaled: 10,000 of its 20,000
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps({"optimizer": {"warmup_steps": 10_000, "total_steps": 20_000}}))
+    kept, share = keep_started_warmup(plan.cfg, plan.warmup_from, run)
+    assert kept.optimizer.warmup_steps == 10_000 and share is None
+    (run / "config.json").write_text(json.dumps({"optimizer": {"warmup_steps": 10_000, "total_steps": 766_000}}))
+    assert keep_started_warmup(plan.cfg, plan.warmup_from, run) == (plan.cfg, plan.warmup_from)  # another total

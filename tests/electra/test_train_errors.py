@@ -124,3 +124,44 @@ def test_an_empty_train_split_names_the_cause_and_the_flag(tmp_path):
     line = one_line_error(train("--config", "tiny", "--data", str(only_validation), "--out", str(tmp_path / "run")))
     assert "train split is empty" in line and "went to validation" in line
     assert "--validation-fraction 0" in line and str(only_validation) in line
+
+
+def test_a_corpus_smaller_than_one_global_batch_is_one_line_naming_the_batch_it_fills(tmp_path):
+    """Issue 48: 1 example under tiny's global batch of 16 was a `[rank0]: Traceback` from the loader,
+    after DeepSpeed had started. Now one line from the manifests' counts, on one rank or several,
+    alone or mixed, naming the size and the largest global batch it fills (a multiple of the ranks)."""
+    small = write_tiny_corpus(tmp_path / "small", seq_len=32, train_shards=(3, 2), validation_shards=(1,))
+    line = one_line_error(train("--config", "tiny", "--data", str(small), "--out", str(tmp_path / "r")))
+    assert line == (f"electra-train: error: --data {small}: 5 train examples cannot fill one global batch of 16 "
+                    "(train.global_batch_size); the largest global batch it fills is 5: train with "
+                    "--global-batch-size 5, or on more text")
+    # as rank 0 of 2 (the shard listing waits for the process group there; the manifests do not)
+    line = one_line_error(train("--config", "tiny", "--data", str(small), "--out", str(tmp_path / "r"),
+                                env={"RANK": "0", "WORLD_SIZE": "2"}))
+    assert "5 train examples cannot fill one global batch of 16" in line and line.endswith(
+        "the largest global batch it fills on 2 ranks is 4: train with --global-batch-size 4, or on more text")
+    other = write_tiny_corpus(tmp_path / "other", seq_len=32, train_shards=(4,), validation_shards=(1,),
+                              tokenizer_from=small)
+    line = one_line_error(train("--config", "tiny", "--data", str(small), "--data", str(other), "--set",
+                                "data.weights=[1,3]", "--out", str(tmp_path / "r")))
+    assert line.startswith(f"electra-train: error: --data {small}, {other}: 9 train examples cannot fill")
+    assert not (tmp_path / "r").exists()
+
+
+def test_help_says_each_flag_and_its_default_in_words():
+    """Issue 48: --tf32 carried the whole fast-path paragraph (torch.compile, activation
+    checkpointing), and None defaults read "default None" (--keep-until-evaluated: on/off/auto)."""
+    text = subprocess.run([sys.executable, "-m", "electra.train", "--help"], cwd=REPO, capture_output=True,
+                          text=True, timeout=60, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO),
+                                                      "COLUMNS": "2000"}).stdout
+    flags: dict[str, str] = {}  # each flag's entry: its line and the help lines under it
+    for line in text.splitlines():
+        if line.strip().startswith("--"):
+            flag = line.split()[0].rstrip(",")
+            flags[flag] = line
+        elif flags and line.startswith(" " * 8):
+            flags[flag] += " " + line.strip()
+    assert "torch.compile" not in flags["--tf32"] and "TF32" in flags["--tf32"]
+    assert "default None" not in text
+    assert "default: on when a Prefect API is configured" in flags["--keep-until-evaluated"]
+    assert "default: optimizer.total_steps" in flags["--max-steps"]

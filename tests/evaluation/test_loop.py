@@ -172,3 +172,19 @@ def test_progress_lines_are_rate_limited(caplog):
     _, lines = _train_logged(caplog, progress_seconds=3600)
     assert lines == ["fine-tuning: 8 steps, 1.5 epochs", lines[-1]]
     assert lines[-1].startswith("fine-tuning: done, 8 steps in ")
+
+
+def test_planned_runs_end_their_lines_with_the_whole_evaluations_eta(caplog):
+    """With the runner's clock active (``evaluation.eta``), a planned run's step lines carry the
+    ETA of everything planned, and its end how much is done and the ETA for the rest."""
+    from evaluation import eta
+
+    eta.activate(eta.clock_for({"SST-2": 8}, [0, 1], None))
+    try:
+        _, lines = _train_logged(caplog, label="SST-2 seed 0", progress_seconds=0)
+    finally:
+        eta.activate(None)
+    assert all(re.fullmatch(r"SST-2 seed 0: step \d/8 .*, ETA (\d+m)?\d+s; all 1 task × 2 seeds: ETA ~\d+ s", line)
+               for line in lines[1:-1]), lines
+    assert re.fullmatch(r"SST-2 seed 0: done, 8 steps in (\d+m)?\d+s; 1 of 2 \(1 task × 2 seeds\) done, "
+                        r"ETA ~\d+ s for the rest", lines[-1]), lines[-1]

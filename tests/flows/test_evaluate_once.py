@@ -91,29 +91,46 @@ def test_gone_checkpoint_is_recorded_not_a_crash(tiny, prefect_harness):
 
 def test_cli_run_dir_prints_progress_and_one_summary(tiny, prefect_harness):
     """``python -m cli.evaluate --checkpoint RUN`` as a user runs it, without --out: the newest
-    checkpoint into RUN/eval/step_N; progress per task and seed on stderr while it runs; the
-    table once on stdout, with the report's path."""
+    checkpoint into RUN/eval/step_N; first what will run (the plan line, before the server),
+    then progress per task and seed on stderr while it runs, each finished seed with the whole
+    evaluation's ETA; the table once on stdout, with the report's path. The same command again
+    answers from the results without a server (its Prefect URL now names a dead port)."""
     import os
+    import re
     import subprocess
     import sys
     from pathlib import Path
 
     from prefect.settings import PREFECT_API_URL
 
+    from electra.distributed import free_port
+
     run = make_run(tiny["root"] / "cli", tiny["export"], [10, 20])
     repo = Path(__file__).resolve().parents[2]
-    p = subprocess.run(
-        [sys.executable, "-m", "cli.evaluate", "--checkpoint", str(run), "--glue-dir", str(tiny["glue"]),
-         "--tasks", "SST-2", "--seeds", "2", "--epochs", "1", "--max-train-examples", "16",
-         "--max-eval-examples", "8", "--max-seq-len", "32", "--threads", "1"],
-        cwd=repo, env={**os.environ, "PREFECT_API_URL": PREFECT_API_URL.value(), "PYTHONPATH": str(repo)},
-        capture_output=True, text=True, timeout=300)
+    argv = [sys.executable, "-m", "cli.evaluate", "--checkpoint", str(run), "--glue-dir", str(tiny["glue"]),
+            "--tasks", "SST-2", "--seeds", "2", "--epochs", "1", "--max-train-examples", "16",
+            "--max-eval-examples", "8", "--max-seq-len", "32", "--threads", "1"]
+    env = {**os.environ, "PREFECT_API_URL": PREFECT_API_URL.value(), "PYTHONPATH": str(repo)}
+    p = subprocess.run(argv, cwd=repo, env=env, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
     out = run.resolve() / "eval" / "step_00000020"
     assert report.read_results(out)["step"] == 20
+    what = f"evaluate: step 20 of run {run.resolve()} (2 layers, hidden 32, 0.0"
+    first = p.stderr.splitlines()[0]
+    assert first.startswith(what) and first.endswith(
+        f"the small recipe): 1 task × 2 seeds (SST-2) -> {out}; the ETA follows the first fine-tuning steps"), first
     assert "SST-2 seed 0: " in p.stderr and "SST-2 seed 1: done" in p.stderr, p.stderr[-3000:]
+    # seed 0's end: how much is done and the ETA for the rest; the last seed's end has no ETA
+    assert re.search(r"SST-2 seed 0: done, 1 steps in \d+s; 1 of 2 \(1 task × 2 seeds\) done, "
+                     r"ETA ~\d+(\.\d+)? (s|min|h) for the rest\n", p.stderr), p.stderr[-3000:]
+    assert re.search(r"SST-2 seed 1: done, 1 steps in \d+s\n", p.stderr), p.stderr[-3000:]
     assert p.stdout.count("| SST-2 | accuracy |") == 1 and "| SST-2 | accuracy |" not in p.stderr
     assert p.stdout.rstrip().endswith(f"report: {out / 'report.html'}")
+    again = subprocess.run(argv, cwd=repo, env={**env, "PREFECT_API_URL": f"http://127.0.0.1:{free_port()}/api"},
+                           capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0 and again.stdout == p.stdout, again.stderr[-3000:]
+    assert again.stderr.strip().splitlines() == [
+        first.split(" -> ")[0] + f": already evaluated in {out}"], again.stderr
 
 
 def test_every_evaluation_takes_a_slot_of_one_global_limit(tiny, prefect_harness):

@@ -52,14 +52,19 @@ def served(tmp_path_factory):
             assert serve.poll() is None, log_path.read_text()[-3000:]
             assert time.time() < deadline, "make serve did not come up"
             time.sleep(1)
+        SERVE["process"] = serve
         yield env, log_path
     finally:
-        os.killpg(serve.pid, signal.SIGINT)  # Ctrl-C: the script stops the worker and the server
-        try:
-            serve.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(serve.pid, signal.SIGKILL)
+        if serve.poll() is None:  # the last test stops it with SIGTERM; else Ctrl-C here
+            os.killpg(serve.pid, signal.SIGINT)  # the script stops the worker, then the server
+            try:
+                serve.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(serve.pid, signal.SIGKILL)
         log.close()
+
+
+SERVE: dict = {}  # the fixture's serve.sh process, for the test that stops it
 
 
 @pytest.mark.slow
@@ -227,3 +232,21 @@ def test_burst_of_commits_and_a_scan_evaluate_each_checkpoint_once(served, tmp_p
         seed_runs = {json.loads(p.read_text())["result"]["run_id"] for p in (out / "seeds").rglob("seed*.json")}
         assert seed_runs == {results["run_id"]} and not results["failed"]
         assert not (out / "lease.json").exists()  # released
+
+
+@pytest.mark.slow
+def test_sigterm_stops_make_serve_cleanly_with_status_0(served):
+    """SIGTERM (``docker stop``, systemd, ``kill``): the worker stops before the server, so it
+    never meets a closed port (it printed a ConnectionRefusedError traceback), and the script
+    exits 0 (make printed "Error 143" for a requested stop). Last in the file: it ends the server."""
+    _, log_path = served
+    serve = SERVE["process"]
+    deadline = time.time() + 300  # stopped once the worker runs, as a user stops it
+    while "Worker '" not in log_path.read_text() or "started!" not in log_path.read_text():
+        assert serve.poll() is None and time.time() < deadline, log_path.read_text()[-3000:]
+        time.sleep(1)
+    before = len(log_path.read_text())
+    os.killpg(serve.pid, signal.SIGTERM)
+    assert serve.wait(timeout=60) == 0
+    after = log_path.read_text()[before:]
+    assert "Traceback" not in after and "ConnectionRefusedError" not in after, after[-3000:]

@@ -32,7 +32,7 @@ def test_the_order_and_defaults_are_todays():
     assert FILTER_BLOCKS == ("gopher_quality", "gopher_repetition", "code", "c4", "fineweb", "language",
                              "lm_quality", "pii")
     assert [f.name for f in dataclasses.fields(FilterConfig)] == ["unicode_form", "blocks", *FILTER_BLOCKS,
-                                                                  "by_language"]
+                                                                  "by_language", "min_kept_share"]
 
 
 def test_word_counting_blocks_are_what_uncalibrated_languages_skip():
@@ -107,7 +107,10 @@ def test_filter_batch():
     # Kept: normalised, then C4's rewrite (paragraph breaks go); dropped: normalised input.
     assert out["text"][0] == normalize_text(good, FilterConfig()).replace("\n\n", "\n")
     assert out["text"][1] == "Too short." and out["text"][2] == "raw \xff bytes\t\t"
-    assert list(out["language"]) == ["en", "", "", "", ""]  # only what the language block saw
+    # Every document the stage filters is counted under a language, whichever block dropped it:
+    # the ones dropped before the language block are identified then; no text left: "und".
+    assert [out["language"][i] for i in (0, 2, 3, 4)] == ["en", "", "fr", "und"]
+    assert out["language"][1] not in ("", "und")  # two words: some language, not "not looked at"
     assert list(batch["reason"]) == ["", "", "ingest:invalid_utf8", "", ""]  # input not mutated
 
 
@@ -131,3 +134,27 @@ def test_filter_batch_languages_are_counted_and_not_written(tmp_path):
 
     (part,) = (tmp_path / "d").glob("*.parquet")
     assert "language" not in pq.read_table(part).column_names  # downstream schema unchanged
+
+
+def test_without_the_language_block_nothing_is_identified():
+    out = filter_batch(_batch([prose(2), "Too short."]), FilterConfig(blocks=["gopher_quality"]))
+    assert list(out["reason"]) == ["", "filter:gopher_quality:min_doc_words"]
+    assert list(out["language"]) == ["", ""]
+
+
+def test_every_drop_is_counted_under_its_language():
+    """The per-language counts add up to the documents filtered, whichever block dropped them
+    (the manifest's ``languages``; docs/languages.md)."""
+    from tests.pipelines._languages import documents
+
+    spanish = documents("es")[:6]
+    short = [" ".join(d.split()[:12]) for d in spanish]  # dropped by min_doc_words, before the language block
+    from pipelines.config import CorpusConfig
+
+    cfg = CorpusConfig.from_dict({"language": ["es"]}).filter
+    texts = spanish + short + [prose(2), " "]
+    out = filter_batch(_batch(texts), cfg)
+    counts = parts.language_counts(list(out["language"]), list(out["reason"]))
+    assert sum(c["kept"] + c["dropped"] for c in counts.values()) == len(texts)
+    assert counts["es"]["dropped"] >= len(short) and counts["und"] == {"kept": 0, "dropped": 1}
+    assert counts["en"] == {"kept": 0, "dropped": 1}  # the language block's own drop

@@ -51,23 +51,41 @@ def one_error_line(code: int, stdout: str, stderr: str) -> str:
     return errors[0]
 
 
-@pytest.mark.parametrize("kind", ["empty", "binary"])
-def test_sources_with_no_text_end_in_one_line_naming_the_reason_and_the_quarantine(tmp_path, kind):
+def test_empty_sources_end_in_one_line_naming_the_files_before_anything_starts(tmp_path):
+    """Every file empty: the pre-flight's line, naming the files, before a server or Ray starts."""
     raw = tmp_path / "raw"
     raw.mkdir()
-    for i in range(3):  # binary: control bytes and no line break (one document per file)
-        (raw / f"f{i}.txt").write_bytes(b"" if kind == "empty" else bytes([0, i + 1, 200, 7]) * 750)
-    (raw / "blank.txt").write_bytes(b"\n\n  \n" if kind == "empty" else b"\x00\x01\x02" * 100)
+    for i in range(3):
+        (raw / f"f{i}.txt").write_bytes(b"")
+    (raw / "blank.txt").write_bytes(b"\n\n  \n")
+    out = tmp_path / "out"
+    code, stdout, stderr = build_corpus("--source", str(raw), "--out", str(out))
+    line = one_error_line(code, stdout, stderr)
+    assert line.startswith("build-corpus: error: no source file holds a document (4 files; empty_file: "
+                           "raw/blank.txt, raw/f0.txt, raw/f1.txt and 1 more); likely cause: the files hold no "
+                           "text"), line
+    assert "Prefect" not in stdout + stderr and not out.exists()
+
+
+def test_binary_sources_too_many_to_read_first_end_in_the_stage_line_naming_the_quarantine(tmp_path):
+    """More files than the pre-flight reads: the ingest stage judges them, and its line (reasons,
+    counts, the quarantine) is the one error line; nothing is lost from the quarantine."""
+    from pipelines.orchestration.preflight import READ_FILES
+
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    n = READ_FILES + 1
+    for i in range(n):  # control bytes and no line break: one document per file
+        (raw / f"f{i:03d}.txt").write_bytes(bytes([0, i % 250 + 1, 200, 7]) * 750)
     out = tmp_path / "out"
     line = one_error_line(*build_corpus("--source", str(raw), "--out", str(out)))
-    reason = {"empty": "empty_file 4", "binary": "binary 4"}[kind]
-    assert line.startswith(f"build-corpus: error: ingest kept 0 of 4 documents in 4 files, every one rejected: "
-                           f"{reason}; likely cause: "), line
+    assert line.startswith(f"build-corpus: error: ingest kept 0 of {n} documents in {n} files, every one rejected: "
+                           f"binary {n}; likely cause: "), line
     folder = line.rsplit("each dropped document and its reason: ", 1)[1]
     assert folder.startswith(str(out / schema.REJECTED_DIR / "ingest-")) and Path(folder).is_dir()
     rows = quarantined(out, "ingest")  # nothing lost: every file is there with its reason
-    assert sorted(r["id"].split(":")[0] for r in rows) == ["raw/blank.txt", "raw/f0.txt", "raw/f1.txt", "raw/f2.txt"]
-    assert {r["reason"] for r in rows} == {f"ingest:{reason.split()[0]}"}
+    assert sorted(r["id"].split(":")[0] for r in rows) == [f"raw/f{i:03d}.txt" for i in range(n)]
+    assert {r["reason"] for r in rows} == {"ingest:binary"}
     assert not (out / schema.MANIFEST_NAME).exists()
 
 
@@ -79,7 +97,7 @@ def test_documents_all_filtered_end_in_one_line_with_rules_languages_and_the_qua
     out = tmp_path / "out"
     line = one_error_line(*build_corpus("--source", str(raw), "--out", str(out)))
     assert line.startswith("build-corpus: error: filter kept 0 of 40 documents; "
-                           "dropped by gopher_quality:min_doc_words 40; dropped documents' languages (40 sampled): "
+                           "dropped by gopher_quality:min_doc_words 40; dropped documents' languages (all 40): "
                            ), line
     assert "likely cause: the rule gopher_quality.min_doc_words drops nearly all en text of this kind" in line
     assert "fix: relax filter.by_language.en.gopher_quality.min_doc_words" in line
