@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import textwrap
+import unicodedata
 
 import pytest
 
@@ -23,8 +24,26 @@ def paragraphs(lang: str, words: int = 25) -> list[str]:
     return [p for p in out if len(p.split()) > 3]
 
 
+def columns(text: str) -> int:
+    """Display columns, as a terminal counts them (wcwidth's rule for these scripts)."""
+    return sum(2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1 for ch in text)
+
+
+def wrap_columns(text: str, width: int) -> str:
+    """A greedy wrap at ``width`` display columns (Hangul two each), as w3m and lynx wrap the text
+    dumps of Debian's manuals; ``textwrap`` counts characters."""
+    lines, line = [], ""
+    for word in text.split():
+        if line and columns(line) + 1 + columns(word) > width:
+            lines.append(line)
+            line = word
+        else:
+            line = f"{line} {word}" if line else word
+    return "\n".join(lines + [line])
+
+
 def hard_wrapped(lang: str, width: int = 72, words: int = 25) -> str:
-    return "\n\n".join(textwrap.fill(p, width=width) for p in paragraphs(lang, words)) + "\n"
+    return "\n\n".join(wrap_columns(p, width) for p in paragraphs(lang, words)) + "\n"
 
 
 @pytest.mark.parametrize("lang", SPACED)
@@ -33,6 +52,30 @@ def test_hard_wrapped_paragraphs_of_every_language_are_recognised(lang, width):
     shape = text_shape(hard_wrapped(lang, width), min_words=50)
     assert shape is not None and shape.median_words < 50
     assert width - 8 <= shape.width <= width and shape.wrapped_share > 0.5
+
+
+def unspaced_wrapped(lang: str, chars: int = 60, width: int = 36) -> str:
+    """The language's real documents (no spaces) cut into paragraphs of ``chars`` characters and
+    wrapped at ``width`` characters: 2 * ``width`` display columns."""
+    out = []
+    for doc in documents(lang):
+        text = "".join(doc.split())
+        out += [text[i:i + chars] for i in range(0, len(text) - chars // 2, chars)]
+    return "\n\n".join("\n".join(p[i:i + width] for i in range(0, len(p), width)) for p in out) + "\n"
+
+
+@pytest.mark.parametrize("lang", ["zh-cn", "zh-tw"])
+def test_hard_wrapped_text_without_spaces_is_measured_in_columns_and_characters(lang, tmp_path):
+    """A Chinese manual wrapped at 36 characters is 72 columns wide, as a terminal shows it; its
+    paragraphs are counted in characters (their words estimated from them for the minimum)."""
+    text = unspaced_wrapped(lang)
+    shape = text_shape(text, min_words=50)
+    assert shape is not None and not shape.spaced
+    assert 66 <= shape.width <= 72 and shape.median_chars == 60 and shape.median_words == 40
+    assert text_shape(text, min_words=30) is None  # 60 characters: about 40 words, enough for 30
+    (tmp_path / "guide.txt").write_text(text, encoding="utf-8")
+    line = wrapped_paragraphs_hint([str(tmp_path / "guide.txt")], CorpusConfig.from_dict({"language": ["zh"]}))
+    assert line is not None and "paragraphs of a median 60 characters, each a document" in line
 
 
 def test_indented_wrapped_text_with_headings_and_short_lines_is_recognised():
@@ -74,7 +117,8 @@ def test_the_hint_names_the_files_the_median_and_the_profile(tmp_path):
     files = [str(tmp_path / "guide.txt"), str(tmp_path / "records.jsonl")]
     line = wrapped_paragraphs_hint(files, CorpusConfig.from_dict({"language": ["es"]}))
     assert line.startswith("guide.txt: hard-wrapped text (lines broken at about ")
-    assert "ingest.text_mode=blank_line cuts into paragraphs of a median 25 words, fewer than the 50 words" in line
+    assert ("ingest.text_mode=blank_line cuts into paragraphs of a median 25 words, each a document: shorter than "
+            "the 50 words filter.gopher_quality.min_doc_words asks for") in line
     assert line.endswith("use --profile books (a whole file is one document), or --set ingest.text_mode=file")
     named = wrapped_paragraphs_hint(files, CorpusConfig(), names=["raw/guide.txt", "raw/records.jsonl"])
     assert named.startswith("raw/guide.txt: ")
