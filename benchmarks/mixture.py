@@ -96,6 +96,22 @@ def machine_line(m: dict[str, Any]) -> str:
             f"{'yes' if m['avx512_bf16'] else 'no'}, {m['cores']} cores; load average {m['loadavg']}")
 
 
+def smoke_sizes(args: Any, smoke: dict[str, Any]) -> None:
+    """With ``--smoke``, the tiny sizes of ``smoke`` replace the size flags' (the tests' runs)."""
+    if args.smoke:
+        for k, v in smoke.items():
+            setattr(args, k, v)
+
+
+def finish(result: dict[str, Any], json_path: str | None, *, indent: int = 1) -> None:
+    """Adds the machine after the run to ``result`` (its load average printed: the figures are
+    trusted only beside it) and writes ``result`` to ``json_path`` when one is given."""
+    result["machine_after"] = machine()
+    print(f"load average after: {result['machine_after']['loadavg']}")
+    if json_path:
+        Path(json_path).write_text(json.dumps(result, indent=indent))
+
+
 def measure(fn: Callable[[], Any], repeats: int) -> tuple[dict[str, float], Any]:
     """Best-of-``repeats`` seconds with the garbage collector on (as the trainer runs) and off,
     then one run under tracemalloc for the peak; each run starts after a full collection with the
@@ -348,9 +364,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     a("--json", default=None, help="write every figure to this file")
     a("--smoke", action="store_true", help="tiny sizes, a few seconds (the test's run); overrides the size flags")
     args = p.parse_args(argv)
-    if args.smoke:
-        for k, v in SMOKE.items():
-            setattr(args, k, v)
+    smoke_sizes(args, SMOKE)
     args.sources = [int(s) for s in str(args.sources).split(",")]
     args.startup_sources = [int(s) for s in str(args.startup_sources).split(",")]
     return args
@@ -401,10 +415,7 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(loader_report(res)), flush=True)
         result["loader"] = res
 
-    result["machine_after"] = machine()
-    print(f"load average after: {result['machine_after']['loadavg']}")
-    if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=2))
+    finish(result, args.json, indent=2)
     return 0
 
 

@@ -29,7 +29,6 @@ linear). The CPU (model, amx_bf16 / avx512_bf16) and load average are printed be
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -38,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.mixture import machine, machine_line
+from benchmarks.mixture import finish, machine, machine_line, smoke_sizes
 from electra.corpus import ShardRef
 from electra.mixture import Mixture, ShardSlice, epoch_slices
 
@@ -150,9 +149,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--json", default=None, help="write the results here")
     ap.add_argument("--smoke", action="store_true", help="tiny sizes (seconds)")
     args = ap.parse_args(argv)
-    if args.smoke:
-        for k, v in SMOKE.items():
-            setattr(args, k, v)
+    smoke_sizes(args, SMOKE)
     args.shards = [int(x) for x in str(args.shards).split(",")]
     args.rates = [float(x) for x in str(args.rates).split(",")]
     return args
@@ -174,12 +171,8 @@ def main(argv: list[str] | None = None) -> int:
     for rate in args.rates:
         chance[rate] = equal_chance(own, round(rate * natural), args.epochs)
     print("\n".join(report(rows, chance, args)), flush=True)
-    after = machine()
-    print(f"load average after: {after['loadavg']}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"machine": before, "machine_after": after, "args": vars(args), "rows": rows,
-                       "equal_chance": {str(k): v for k, v in chance.items()}}, f, indent=1)
+    finish({"machine": before, "args": vars(args), "rows": rows,
+            "equal_chance": {str(k): v for k, v in chance.items()}}, args.json)
     return 0
 
 

@@ -20,20 +20,19 @@ the counts). Growth: each figure at the largest node over the smallest, over the
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from typing import Any
 
 import numpy as np
 
-from benchmarks.mixture import machine, machine_line
+from benchmarks.mixture import finish, machine, machine_line, smoke_sizes
 from electra import node_cache_space as space
 from electra.corpus import ShardRef
 from electra.node_cache import NodeCache, NodeRanks
 from electra.sample_order import StreamPlan
 
-SMOKE = {"ranks_per_node": "1,2", "workers": "2", "world": 4, "shards": 200, "repeats": 1}
+SMOKE = {"ranks_per_node": "1,2", "workers": "2", "world": 4, "shards": 200, "repeats": 1, "global_batch": 64}
 
 
 def plan_for(args) -> StreamPlan:
@@ -75,10 +74,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--json", default=None)
     ap.add_argument("--smoke", action="store_true", help="tiny sizes (seconds)")
     args = ap.parse_args(argv)
-    if args.smoke:
-        for k, v in SMOKE.items():
-            setattr(args, k, v)
-        args.global_batch = 64
+    smoke_sizes(args, SMOKE)
     args.ranks_per_node = [int(x) for x in str(args.ranks_per_node).split(",")]
     args.workers = [int(x) for x in str(args.workers).split(",")]
     return args
@@ -106,11 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"growth with {workers} workers, {mine[0]['ranks_per_node']} -> {mine[-1]['ranks_per_node']} ranks "
               f"a node (1 = linear): count pass {mine[-1]['baseline_s'] / mine[0]['baseline_s'] / scale:.2f}, "
               f"bound {mine[-1]['bound_s'] / mine[0]['bound_s'] / scale:.2f}")
-    after = machine()
-    print(f"load average after: {after['loadavg']}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"machine": before, "machine_after": after, "args": vars(args), "rows": rows}, f, indent=1)
+    finish({"machine": before, "args": vars(args), "rows": rows}, args.json)
     return 0
 
 

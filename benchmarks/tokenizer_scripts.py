@@ -37,7 +37,7 @@ from tokenizers import Tokenizer
 from tokenizers.implementations import BertWordPieceTokenizer
 
 from benchmarks import REPO, load_test_helper
-from benchmarks.mixture import machine, machine_line
+from benchmarks.mixture import finish, machine, machine_line
 from pipelines.config import TokenizerConfig
 from pipelines.tokenizer import train_tokenizer
 
@@ -144,10 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         k = result["korean"][name]
         print(f"{name:10} {k['with_syllables']:>17} {k['with_jamo']:>13} {k['chars_per_token']:>12.2f} "
               f"{k['unk_share']:>12.4%}")
-    result["machine_after"] = machine()
-    print(f"load average after: {result['machine_after']['loadavg']}")
-    if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=1))
+    finish(result, args.json)
     return 0
 
 

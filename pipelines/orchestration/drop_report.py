@@ -20,7 +20,7 @@ documents:
   dropping mostly text of a language that is not kept -> ``--language`` too (a minority of
   another language among the drops is not the cause: Spanish documentation quotes English
   commands); a length rule (``_LENGTH_RULES``) dropping blank-line blocks of plain text that
-  are hard-wrapped lines of one long text (``text_shape``, from a quarantine sample: the records'
+  are hard-wrapped lines of one long text (``wrapped_cause``, from a quarantine sample: the records'
   text prefix, length and file) -> ``--profile books`` or ``--set ingest.text_mode=file``;
   otherwise the rule to relax.
 
@@ -74,6 +74,11 @@ class NothingKept(ConfigError):
     prints it as one line and exits 2."""
 
 
+def by_count(dropped: dict[str, int]) -> list[tuple[str, int]]:
+    """A stage's drop reasons, most documents first (ties by name): the first decides the cause."""
+    return sorted(dropped.items(), key=lambda kv: (-kv[1], kv[0]))
+
+
 def sampled_records(rejected: str, files: Sequence[dict[str, Any]] | PartList, *,
                     sample: int = SAMPLE) -> list[dict[str, Any]]:
     """Up to ``sample`` quarantine records with text (``id``, ``reason``, ``text`` prefix, ``chars``)."""
@@ -107,7 +112,7 @@ def dropped_languages(stats: dict[str, Any]) -> Counter:
     return Counter({code: c["dropped"] for code, c in stats.get("languages", {}).items() if c.get("dropped")})
 
 
-def text_shape(records: list[dict[str, Any]], top: str, text_mode: str) -> str | None:
+def wrapped_cause(records: list[dict[str, Any]], top: str, text_mode: str) -> str | None:
     """The cause clause when ``top`` (a reason) is a length rule dropping blank-line blocks of
     plain text that are hard-wrapped lines of a longer text: most sampled records of that reason
     come from plain-text files (by the id's file name), several from each file, and a quarter or
@@ -140,9 +145,9 @@ def text_shape(records: list[dict[str, Any]], top: str, text_mode: str) -> str |
 def explain(stats: dict[str, Any], languages: list[str] | None, sampled: Counter, *,
             shape: str | None = None, sampled_label: str | None = None) -> str:
     """The one line (module docstring) for a filter stage's ``stats``; ``sampled``: the dropped
-    documents' languages, ``shape``: ``text_shape``'s clause."""
+    documents' languages, ``shape``: ``wrapped_cause``'s clause."""
     n_in, n_out = stats["documents_in"], stats["documents_out"]
-    reasons = sorted(stats["dropped"].items(), key=lambda kv: (-kv[1], kv[0]))
+    reasons = by_count(stats["dropped"])
     shown = ", ".join(f"{r.removeprefix('filter:')} {n}" for r, n in reasons[:4])
     real = Counter({code: n for code, n in sampled.items() if code not in NOT_LANGUAGES})
     seen = [code for code, n in real.most_common() if n >= 0.2 * sum(real.values())] or \
@@ -201,8 +206,8 @@ def report(stats: dict[str, Any], *, rejected: str, files: Sequence[dict[str, An
         sampled, label = counted, f"all {sum(counted.values())}"
     else:
         sampled, label = sampled_languages(rejected, files, records=records), None
-    top = min(stats["dropped"].items(), key=lambda kv: (-kv[1], kv[0]))[0] if stats["dropped"] else ""
-    line = explain(stats, languages, sampled, shape=text_shape(records, top, text_mode), sampled_label=label)
+    top = (by_count(stats["dropped"]) or [("", 0)])[0][0]
+    line = explain(stats, languages, sampled, shape=wrapped_cause(records, top, text_mode), sampled_label=label)
     return f"{line}; {where(rejected)}"
 
 
@@ -257,7 +262,7 @@ def ingest_report(stats: dict[str, Any], *, rejected: str, files: int) -> str | 
     """The one line of an ingest stage that kept no document, else None."""
     if stats["documents_out"] > 0:
         return None
-    reasons = sorted(stats["dropped"].items(), key=lambda kv: (-kv[1], kv[0]))
+    reasons = by_count(stats["dropped"])
     shown = ", ".join(f"{r.removeprefix('ingest:')} {n}" for r, n in reasons[:5])
     cause, fix = ingest_cause(reasons[0][0] if reasons else "")
     return (f"ingest kept 0 of {stats['documents_in']} documents in {files} file{'s' if files != 1 else ''}, "
