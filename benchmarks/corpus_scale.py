@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/corpus_scale.py --sizes 0.25,0.5,1,2 [--json OUT] [--work DIR]
     .venv/bin/python benchmarks/corpus_scale.py --blocks 512,1024,2048 [--rows 200000] [--json OUT]
     .venv/bin/python benchmarks/corpus_scale.py --simulate 10,100,1000,10000 (store requests per shuffle)
+    .venv/bin/python benchmarks/corpus_scale.py --simulate 1,100,1000,10000 --cluster 2x1,8x16,64x192
     .venv/bin/python benchmarks/corpus_scale.py --quick                  (smoke run of both modes)
 
 Sizes (GB of document text). Each size's corpus is written by ``synthetic.web_corpus`` (real
@@ -29,7 +30,9 @@ cluster-sized block counts; see ``benchmarks/corpus_scale_shuffles.py``.
 Simulate (``--simulate GB1,GB2,..``): one storage shuffle, run for real on Ray against moto's S3
 server behind a counting proxy, with its sizes scaled down so that a small input has the map-file
 and partition counts of those sizes: requests by kind, bytes read and written, task and driver
-memory; see ``benchmarks/corpus_scale_simulate.py`` (``--sim-*`` options).
+memory; see ``benchmarks/corpus_scale_simulate.py`` (``--sim-*`` options). With ``--cluster
+NODESxCPUS,..`` the same per cluster shape, derived from the shuffle's own functions
+(``benchmarks/cluster_shape.py``), beside the previous design's.
 
 Every report starts with the CPU (``lscpu`` model, amx_bf16 / avx512_bf16 / AVX2-only) and the
 load average: on the shared 2-core box, compare only figures taken under similar load.
@@ -341,6 +344,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--partitions", type=int, default=8, help="shuffle partitions in --blocks mode")
     p.add_argument("--methods", default="sort,hash,v2,storage", help="shuffles compared in --blocks mode")
     p.add_argument("--simulate", help="GB shuffled, comma-separated: store requests per shuffle (e.g. 10,100,1000,10000)")
+    p.add_argument("--cluster", help="--simulate at cluster shapes NODESxCPUS, comma-separated (e.g. 2x1,8x16,64x192): "
+                                     "requests, bytes, task and driver memory per shape (derived; without it: "
+                                     "measured through moto at this machine's 2 CPUs)")
     p.add_argument("--sim-reduce-tasks", default="auto",
                    help="--simulate: reduce tasks R of every size (auto: the cluster's, lowered to fit the budget)")
     p.add_argument("--sim-budget-minutes", type=float, default=25.0,
@@ -388,7 +394,17 @@ def main(argv: list[str] | None = None) -> int:
         lines, goals = blocks_report(runs)
         print("\n" + "\n".join(lines))
         report.update(blocks=runs, block_goals=goals)
-    if args.simulate:
+    if args.simulate and args.cluster:
+        from benchmarks import cluster_shape
+
+        try:
+            shapes = cluster_shape.parse_cluster(args.cluster)
+        except ValueError as exc:
+            p.error(str(exc))
+        res = cluster_shape.table([float(x) for x in args.simulate.split(",")], shapes)
+        print("\n" + "\n".join(cluster_shape.report(res)))
+        report.update(cluster_shape=res)
+    elif args.simulate:
         from benchmarks.corpus_scale_simulate import run_simulate, simulate_report
 
         sims = run_simulate([float(x) for x in args.simulate.split(",")], work, rows_per_file=args.sim_rows_per_file,

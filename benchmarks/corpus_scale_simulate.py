@@ -86,7 +86,7 @@ GB = 1 << 30
 MIB = 1 << 20
 SKETCH = 112
 ROW_BYTES = 8 + 8 + 4 + SKETCH + 8  # bucket, uid, file, sketch, _part: Arrow bytes per row
-CLUSTER_CPUS = 2
+CLUSTER_CPUS = 2  # the measured shape (this machine); other shapes: --cluster (benchmarks/cluster_shape.py)
 INPUT_TASKS = 8  # read tasks generating the input (each yields its share of the M blocks)
 REQUEST_KINDS = ("PUT", "GET", "GET_RANGE", "LIST", "HEAD", "PUT_PART", "MPU_CREATE", "MPU_COMPLETE",
                  "DELETE", "DELETE_MULTI")
@@ -134,7 +134,8 @@ def plan_for(size_gb: float, *, rows_per_file: int, reduce_tasks: int, folder: s
     r_cluster = want["reduce_tasks"]
     r_run = max(1, min(want["partitions"], reduce_tasks or r_cluster))
     cfg = ShuffleConfig(map_file_mb=default.map_file_mb * s, partition_mb=default.partition_mb * s,
-                        reduce_tasks=r_run, task_memory_mb=default.task_memory_mb * s * r_cluster / r_run)
+                        reduce_tasks=r_run, task_memory_mb=default.task_memory_mb * s * r_cluster / r_run,
+                        slice_mb=default.slice_mb * s)
     cfg.validate()
     m = want["map_files"]
     actual = m * rows_per_file * ROW_BYTES
@@ -145,7 +146,8 @@ def plan_for(size_gb: float, *, rows_per_file: int, reduce_tasks: int, folder: s
     return {"size_gb": size_gb, "true": want, "scale": s, "rows_per_file": rows_per_file, "rows": m * rows_per_file,
             "bytes": actual, "map_files": m, "partitions": p, "reduce_tasks": r_run, "cluster_reduce_tasks": r_cluster,
             "config": {"map_file_mb": cfg.map_file_mb, "partition_mb": cfg.partition_mb,
-                       "reduce_tasks": cfg.reduce_tasks, "task_memory_mb": cfg.task_memory_mb},
+                       "reduce_tasks": cfg.reduce_tasks, "task_memory_mb": cfg.task_memory_mb,
+                       "slice_mb": cfg.slice_mb},
             "file_bytes": cfg.file_bytes, "partition_bytes": cfg.partition_bytes, "memory_bytes": cfg.memory_bytes,
             "files_per_block": files_per_block, "block_bytes": files_per_block * cfg.file_bytes - 1, "folder": folder, "cpus": cpus, "seed": seed,
             "runs_per_task": math.ceil(actual / r_run / cfg.memory_bytes)}
@@ -331,7 +333,8 @@ def child(plan: dict[str, Any]) -> dict[str, Any]:
     t1 = time.perf_counter()
     with MemorySampler() as sampler:
         shuffled = sh.shuffle(ds, partitions=p, folder=plan["folder"], file_bytes=plan["file_bytes"],
-                              ranges=plan["reduce_tasks"], name=f"simulate-{plan['size_gb']:g}gb")
+                              ranges=plan["reduce_tasks"], name=f"simulate-{plan['size_gb']:g}gb",
+                              slice_bytes=max(1, int(plan["config"]["slice_mb"] * MIB)))
         mark("map")
         t2 = time.perf_counter()
         driver_after_map = _status()

@@ -2,7 +2,7 @@
 in an epoch.
 
     .venv/bin/python benchmarks/train_start.py [--ranks 8,64,512] [--rejected 2000]
-        [--shards 16] [--ranks-per-node 8] [--node-shards 128] [--shard-examples 32]
+        [--shards 16] [--shard-counts 16,256,1024,4096] [--ranks-per-node 8] [--node-shards 128] [--shard-examples 32]
         [--loader-workers 2] [--run-nodes 2] [--json OUT] [--smoke]
 
 Three measurements, in one process:
@@ -19,11 +19,15 @@ Three measurements, in one process:
      corpus (``open_corpora``: manifest, tokenizer) and checks each split on its own
      (``CorpusSet.shards("train")``, ``.shards("validation")``: one listing each, of the same
      folder); rank 0 also copies the tokenizer into the run directory;
-   * **after** (this code): every rank runs the real ``electra.pretrain_plan.resolve`` with its
-     ``RANK`` and ``W`` (manifest, tokenizer; the shard check deferred), then rank 0 runs
-     ``RunPlan.check_shards`` (one listing for both splits), what ``distributed.on_rank0`` runs
-     before broadcasting the answer, and copies the tokenizer; the other ranks adopt the answer
-     and list nothing.
+   * **manifest** (the start-up of 835e044): every rank runs ``electra.pretrain_plan.resolve``
+     with its ``RANK`` and ``W`` (manifest, tokenizer; the shard check deferred), then rank 0 runs
+     ``RunPlan.check_shards`` (one listing for both splits), what ``distributed.on_rank0``
+     broadcast, and copies the tokenizer; the other ranks adopt the answer and list nothing;
+   * **after** (this code): every rank runs ``electra.shared_plan.resolve_rank`` with its ``RANK``
+     and ``W``: rank 0 resolves fully (manifest, tokenizer, the listing), the others only the
+     corpus-free part; then ``share``, the broadcast emulated by pickling rank 0's plan (its size,
+     the bytes each rank receives over the network, is printed) and unpickling it on the others;
+     rank 0 copies the tokenizer. The other ranks read nothing from the store.
 
    Ranks run one after another, so each one's requests are exactly the counter's difference; the
    s3fs client is shared between them (it caches no listing: ``common.storage`` turns that off),
@@ -31,7 +35,13 @@ Three measurements, in one process:
    are printed). Per ``W``: requests (GET, HEAD, LIST) and bytes received per rank, rank 0 and
    the others apart, the totals, and after/before ratios. The manifest's bytes grow with the
    quarantine in the previous format (about ``--rejected`` x 180 bytes here) and not in the
-   current one; the figure per rejected part is printed, to scale to a real build.
+   current one; the figure per rejected part is printed, to scale to a real build. Every corpus
+   has enough examples for one global batch of ``STARTUP_BATCH``, which rank 0 now checks.
+
+   **Per corpus size** (``--shard-counts`` train shards, uploaded for real), *manifest* against
+   *after*, ranks 0, 1 and W-1 run (the ranks between start as rank 1 does; rank W-1's requests
+   and bytes are checked equal to rank 1's): per rank the requests and bytes from the store, the
+   broadcast's bytes, and all ranks' bytes with their ratio.
 
 2. **Shard reads per node in one epoch**, ``W`` ranks packed ``--ranks-per-node`` to a node.
 
@@ -53,6 +63,13 @@ Three measurements, in one process:
    checkpoint mirror, for both layouts a resume loads (``benchmarks/resume_reads.py``, which says
    how; ELECTRA-Large's sizes divided by 64).
 
+4. **At the shape of a real cluster**, simulated (``benchmarks/start_scale.py``, no I/O): per
+   corpus size (``--sizes``: 1 GB, 100 GB, 1 TB, 10 TB) and ``W``, the store bytes each rank
+   read at start-up before (the manifest, whose size grows with the shards, and the tokenizer),
+   those after (rank 0's alone) and the plan's broadcast bytes per rank, and the
+   node cache's count pass each rank makes at every epoch start, the previous per-example walk
+   beside the per-block schedule (``electra.shard_schedule``), with their ratio.
+
 ``--smoke`` shrinks it to seconds (the test's configuration). The CPU (``lscpu``'s model name)
 and the load average are printed beside the figures.
 """
@@ -73,11 +90,12 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from benchmarks import resume_reads  # noqa: E402
+from benchmarks import resume_reads, start_scale  # noqa: E402
 from benchmarks._counting_s3 import CREDENTIALS, start_moto, stop  # noqa: E402
 from tests._s3proxy import S3Proxy, _Handler  # noqa: E402
 
-STARTUP_OVERRIDES = ["train.global_batch_size=2048", "train.micro_batch_size=4"]
+STARTUP_BATCH = 2048
+STARTUP_OVERRIDES = [f"train.global_batch_size={STARTUP_BATCH}", "train.micro_batch_size=4"]
 
 
 # ------------------------------------------------------------------------------ the counting store
@@ -125,12 +143,19 @@ def rejected_parts(n: int):
             for i in range(n)]
 
 
+def shard_examples(shards: int) -> int:
+    """Examples per train shard: enough for one global batch of ``STARTUP_BATCH`` (rank 0 checks it)."""
+    return max(6, -(-STARTUP_BATCH // shards))
+
+
 def write_corpora(work: Path, bucket: str, *, shards: int, rejected: int) -> dict[str, str]:
-    """The same tiny corpus at ``bucket/before`` (format 2, the list inline) and ``bucket/after``."""
+    """The same tiny corpus at ``bucket/before`` (format 2, the list inline) and ``bucket/after``
+    (also read as ``manifest``)."""
     from pipelines import schema
     from tests.electra._corpus import upload_corpus, write_tiny_corpus
 
-    local = write_tiny_corpus(work / "corpus", seq_len=32, train_shards=(6,) * shards, validation_shards=(4, 4))
+    local = write_tiny_corpus(work / "corpus", seq_len=32, train_shards=(shard_examples(shards),) * shards,
+                              validation_shards=(4, 4))
     out = {}
     for name in ("before", "after"):
         loc = upload_corpus(local, f"{bucket}/{name}")
@@ -147,6 +172,7 @@ def write_corpora(work: Path, bucket: str, *, shards: int, rejected: int) -> dic
             storage.write_bytes(f"{loc}/{schema.MANIFEST_NAME}",
                                 (json.dumps(d, indent=2, sort_keys=True) + "\n").encode())
         out[name] = loc
+    out["manifest"] = out["after"]
     return out
 
 
@@ -161,14 +187,16 @@ def start_before(loc: str, rank: int, run_dir: Path) -> None:
         corpora.copy_tokenizer(str(run_dir / "tokenizer"))
 
 
-def start_after(loc: str, rank: int, world: int, run_dir: Path, shared: dict) -> None:
+def start_manifest(loc: str, rank: int, world: int, run_dir: Path, shared: dict) -> None:
+    """The start-up of 835e044: every rank resolves with the corpus (manifest, tokenizer), rank 0
+    alone lists the shards and every other rank adopts its answer."""
     from electra.pretrain_job import PretrainJob
     from electra.pretrain_plan import resolve
 
     os.environ["RANK"] = str(rank)
     plan = resolve(PretrainJob("tiny", loc, str(run_dir), list(STARTUP_OVERRIDES)), world_size=world,
                    precision="fp32")
-    if rank == 0:  # what distributed.on_rank0 computes, then broadcasts
+    if rank == 0:  # what distributed.on_rank0 computed, then broadcast
         shared["check"] = plan.check_shards()
         plan.corpus.copy_tokenizer(str(run_dir / "tokenizer"))
     else:
@@ -176,31 +204,93 @@ def start_after(loc: str, rank: int, world: int, run_dir: Path, shared: dict) ->
     assert len(plan.train_shards) == shared["expect_train"]
 
 
+def start_after(loc: str, rank: int, world: int, run_dir: Path, shared: dict) -> None:
+    """This code: ``electra.shared_plan.resolve_rank`` with the rank's ``RANK``, then ``share``, the
+    broadcast emulated by pickling rank 0's plan (what ``broadcast_object_list`` sends: its size
+    is ``shared["broadcast_bytes"]``) and unpickling it on the others; rank 0 copies the tokenizer."""
+    import pickle
+
+    from electra.pretrain_job import PretrainJob
+    from electra.shared_plan import resolve_rank, share
+
+    os.environ["RANK"] = str(rank)
+    resolved = resolve_rank(PretrainJob("tiny", loc, str(run_dir), list(STARTUP_OVERRIDES)), rank=rank,
+                            world_size=world, precision="fp32")
+    assert resolved.held is None, resolved.held
+    if rank == 0:
+        plan = share(resolved, broadcast=lambda rank0: rank0())
+        shared["plan"] = pickle.dumps(plan)
+        shared["broadcast_bytes"] = len(shared["plan"])
+        plan.corpus.copy_tokenizer(str(run_dir / "tokenizer"))
+    else:
+        plan = share(resolved, broadcast=lambda rank0: pickle.loads(shared["plan"]))
+        assert plan.rank == rank
+    assert len(plan.train_shards) == shared["expect_train"]
+
+
+STARTS = {"before": lambda loc, rank, world, run_dir, shared: start_before(loc, rank, run_dir),
+          "manifest": start_manifest, "after": start_after}
+
+
+def rank_row(world: int, mode: str, per_rank: dict[int, dict], seconds: float, shared: dict) -> dict:
+    """One (world, mode)'s figures from the ranks that ran (all of them, or 0, 1 and W-1: then the
+    ranks between are taken to be as rank 1, which ``per_size`` checks against rank W-1)."""
+    ran = sorted(per_rank)
+    others = [per_rank[r] for r in ran[1:]] or [per_rank[0]]
+    between = world - len(ran)  # ranks not run, each counted as rank 1
+    total = {k: per_rank[0][k] + sum(r[k] for r in others[:len(ran) - 1]) + between * others[0][k]
+             for k in ("requests", "LIST", "bytes")}
+    return {"world": world, "mode": mode, "seconds": round(seconds, 2), "rank0": per_rank[0],
+            "rank1": others[0], "last": others[-1], "ranks_run": len(ran),
+            "others_requests": sum(r["requests"] for r in others) / len(others),
+            "others_bytes": sum(r["bytes"] for r in others) / len(others),
+            "others_lists": sum(r["LIST"] for r in others) + between * others[0]["LIST"],
+            "total_requests": total["requests"], "total_lists": total["LIST"], "total_bytes": total["bytes"],
+            "broadcast_bytes": shared.get("broadcast_bytes", 0)}
+
+
+def run_ranks(proxy: CountingProxy, loc: str, mode: str, world: int, ranks, run_dir: Path,
+              expect_train: int) -> dict:
+    per_rank, shared = {}, {"expect_train": expect_train}
+    started = time.perf_counter()
+    for rank in ranks:
+        mark = proxy.snapshot()
+        STARTS[mode](loc, rank, world, run_dir, shared)
+        per_rank[rank] = proxy.since(mark)
+    return rank_row(world, mode, per_rank, time.perf_counter() - started, shared)
+
+
 def startup(proxy: CountingProxy, corpora: dict[str, str], worlds: list[int], work: Path,
             expect_train: int) -> list[dict]:
     rows = []
     for world in worlds:
-        for mode in ("before", "after"):
-            run_dir = work / f"run-{mode}-{world}"
-            per_rank, shared = [], {"expect_train": expect_train}
-            started = time.perf_counter()
-            for rank in range(world):
-                mark = proxy.snapshot()
-                if mode == "before":
-                    start_before(corpora[mode], rank, run_dir)
-                else:
-                    start_after(corpora[mode], rank, world, run_dir, shared)
-                per_rank.append(proxy.since(mark))
-            seconds = time.perf_counter() - started
-            others = per_rank[1:] or [per_rank[0]]
-            rows.append({"world": world, "mode": mode, "seconds": round(seconds, 2), "rank0": per_rank[0],
-                         "rank1": others[0], "last": others[-1],
-                         "others_requests": sum(r["requests"] for r in others) / len(others),
-                         "others_bytes": sum(r["bytes"] for r in others) / len(others),
-                         "others_lists": sum(r["LIST"] for r in others),
-                         "total_requests": sum(r["requests"] for r in per_rank),
-                         "total_lists": sum(r["LIST"] for r in per_rank),
-                         "total_bytes": sum(r["bytes"] for r in per_rank)})
+        for mode in STARTS:
+            rows.append(run_ranks(proxy, corpora[mode], mode, world, range(world), work / f"run-{mode}-{world}",
+                                  expect_train))
+    os.environ.pop("RANK", None)
+    return rows
+
+
+def per_size(proxy: CountingProxy, work: Path, bucket: str, shard_counts: list[int], worlds: list[int]) -> list[dict]:
+    """Per corpus size (train shards) and ``W``: ranks 0, 1 and W-1 of the 835e044 start-up
+    (``manifest``) and of this one (``after``); the ranks between start as rank 1 does (checked:
+    rank W-1's requests and bytes are rank 1's)."""
+    from common import storage
+    from tests.electra._corpus import upload_corpus, write_tiny_corpus
+
+    rows = []
+    for shards in shard_counts:
+        local = write_tiny_corpus(work / f"size-{shards}", seq_len=32,
+                                  train_shards=(shard_examples(shards),) * shards, validation_shards=(4, 4))
+        loc = upload_corpus(local, f"{bucket}/size-{shards}")
+        manifest = storage.size(f"{loc}/manifest.json")
+        for world in worlds:
+            for mode in ("manifest", "after"):
+                row = run_ranks(proxy, loc, mode, world, sorted({0, 1, world - 1}),
+                                work / f"run-size-{shards}-{mode}-{world}", shards)
+                for k in ("requests", "bytes"):
+                    assert row["rank1"][k] == row["last"][k], (shards, world, mode, row["rank1"], row["last"])
+                rows.append({**row, "shards": shards, "manifest_bytes": manifest})
     os.environ.pop("RANK", None)
     return rows
 
@@ -316,20 +406,23 @@ def report(rows: list[dict], reads: list[dict], measured: list[dict], *, rejecte
     lines = [f"manifest.json: before {manifest_bytes['before']:,} B ({rejected:,} rejected parts inline: "
              f"{(manifest_bytes['before'] - manifest_bytes['after']) / max(rejected, 1):.0f} B per part), "
              f"after {manifest_bytes['after']:,} B",
-             "ranks | mode   | rank 0 req (LIST) | rank 0 bytes | other rank req (LIST) | other rank bytes | "
+             "ranks | mode     | rank 0 req (LIST) | rank 0 bytes | other rank req (LIST) | other rank bytes | "
              "all ranks req | all LIST | all bytes",
-             "------+--------+-------------------+--------------+-----------------------+------------------+"
+             "------+----------+-------------------+--------------+-----------------------+------------------+"
              "---------------+----------+----------"]
     for r in rows:
         r0 = r["rank0"]
-        lines.append(f"{r['world']:>5} | {r['mode']:<6} | {r0['requests']:>10} ({r0['LIST']}) | {r0['bytes']:>12,} | "
+        lines.append(f"{r['world']:>5} | {r['mode']:<8} | {r0['requests']:>10} ({r0['LIST']}) | {r0['bytes']:>12,} | "
                      f"{r['others_requests']:>14.1f} ({r['rank1']['LIST']}) | {r['others_bytes']:>16,.0f} | "
                      f"{r['total_requests']:>13,} | {r['total_lists']:>8} | {r['total_bytes']:>9,}")
-    lines.append("after / before, all ranks: " + "; ".join(
-        f"{w} ranks: requests {a['total_requests'] / b['total_requests']:.2f}x, LIST {a['total_lists']}/"
-        f"{b['total_lists']}, bytes {a['total_bytes'] / b['total_bytes']:.3f}x"
-        for w in sorted({r['world'] for r in rows})
-        for b, a in [[next(r for r in rows if r['world'] == w and r['mode'] == m) for m in ("before", "after")]]))
+    for base in ("before", "manifest"):
+        lines.append(f"after / {base}, all ranks: " + "; ".join(
+            f"{w} ranks: requests {a['total_requests'] / b['total_requests']:.2f}x, LIST {a['total_lists']}/"
+            f"{b['total_lists']}, bytes {a['total_bytes'] / b['total_bytes']:.3f}x"
+            for w in sorted({r['world'] for r in rows})
+            for b, a in [[next(r for r in rows if r['world'] == w and r['mode'] == m) for m in (base, "after")]]))
+    if not (reads or measured):  # --startup-only
+        return lines
     lines.append("epoch shard reads (trainer defaults: 64 streams, global batch 2048): ranks | nodes | "
                  "bytes per rank / corpus | per node: read / distinct (max, mean)")
     for r in reads:
@@ -351,6 +444,26 @@ def report(rows: list[dict], reads: list[dict], measured: list[dict], *, rejecte
     return lines
 
 
+def size_report(rows: list[dict]) -> list[str]:
+    lines = ["start-up per corpus size (train shards), per rank, manifest (835e044: every rank reads the manifest "
+             "and the tokenizer) -> after (rank 0 reads the corpus and broadcasts its plan): requests and bytes "
+             "from the store; the broadcast's bytes come over the ranks' network, not from the store",
+             "shards | manifest B | ranks | rank 0 req, bytes    | other rank req, bytes     | broadcast B | "
+             "all ranks bytes             | all ranks ratio",
+             "-------+------------+-------+----------------------+---------------------------+-------------+"
+             "-----------------------------+----------------"]
+    for shards, world in sorted({(r["shards"], r["world"]) for r in rows}):
+        before, after = (next(r for r in rows if (r["shards"], r["world"], r["mode"]) == (shards, world, m))
+                         for m in ("manifest", "after"))
+        b0, a0, b1, a1 = before["rank0"], after["rank0"], before["rank1"], after["rank1"]
+        ratio = before["total_bytes"] / after["total_bytes"] if after["total_bytes"] else float("inf")
+        lines.append(f"{shards:>6} | {before['manifest_bytes']:>10,} | {world:>5} | {b0['requests']:>2} -> {a0['requests']:>2}, "
+                     f"{b0['bytes'] / 1e3:>6.1f} -> {a0['bytes'] / 1e3:>6.1f} kB | {b1['requests']:>2} -> "
+                     f"{a1['requests']}, {b1['bytes']:>9,} -> {a1['bytes']} B | {after['broadcast_bytes']:>11,} | "
+                     f"{before['total_bytes'] / 1e6:>9.2f} -> {after['total_bytes'] / 1e6:>6.2f} MB | {ratio:>6.1f}x")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--ranks", default="8,64,512")
@@ -362,6 +475,10 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--shard-examples", type=int, default=32)
     p.add_argument("--loader-workers", type=int, default=2)
     p.add_argument("--run-nodes", type=int, default=2, choices=(1, 2))
+    p.add_argument("--shard-counts", default="16,256,1024,4096", help="part 1's corpus sizes, in train shards")
+    p.add_argument("--sizes", default=",".join(start_scale.SIZES), help="part 4's simulated corpus sizes")
+    p.add_argument("--startup-only", action="store_true",
+                   help="part 1 and part 4's start-up figures only (no epoch reads, resume or count pass)")
     p.add_argument("--json")
     p.add_argument("--smoke", action="store_true")
     args = p.parse_args(argv)
@@ -372,6 +489,7 @@ def main(argv: list[str] | None = None) -> dict:
     if args.smoke:
         worlds, args.shards, args.epoch_shards = [w for w in worlds if w <= 8] or [2], 4, 64
         args.rejected = min(args.rejected, 300)
+        args.sizes, args.shard_counts = "1 GB,100 GB", "4,64"
         args.node_shards, args.shard_examples, args.ranks_per_node = 16, 8, 2
         batch, streams, block, args.run_nodes = 16, 2, 8, 1
     geometry = (f"{args.node_shards} shards of {args.shard_examples} examples, global batch {batch}, {streams} "
@@ -402,17 +520,24 @@ def main(argv: list[str] | None = None) -> dict:
 
             manifest_bytes = {k: storage.size(f"{v}/manifest.json") for k, v in corpora.items()}
             rows = startup(proxy, corpora, worlds, work, args.shards)
+            sized = per_size(proxy, work, "s3://train-start", [int(x) for x in args.shard_counts.split(",")], worlds)
             from tests.electra._corpus import upload_corpus, write_tiny_corpus
 
-            sizes = (args.shard_examples,) * args.node_shards
-            local = write_tiny_corpus(work / "epoch", seq_len=32, train_shards=sizes, validation_shards=(2,))
-            loc = upload_corpus(local, "s3://train-start/epoch")
-            measured = measured_reads(proxy, loc, worlds, work, per_node=args.ranks_per_node,
-                                      workers=args.loader_workers, batch=batch, streams=streams, block=block,
-                                      run_nodes=args.run_nodes)
-        reads = node_reads(worlds, shards=args.epoch_shards, per_node=args.ranks_per_node)
+            measured, reads, resume = [], [], []
+            if not args.startup_only:
+                sizes = (args.shard_examples,) * args.node_shards
+                local = write_tiny_corpus(work / "epoch", seq_len=32, train_shards=sizes, validation_shards=(2,))
+                loc = upload_corpus(local, "s3://train-start/epoch")
+                measured = measured_reads(proxy, loc, worlds, work, per_node=args.ranks_per_node,
+                                          workers=args.loader_workers, batch=batch, streams=streams, block=block,
+                                          run_nodes=args.run_nodes)
         scale, tensors = (4096.0, 6) if args.smoke else (64.0, 96)
-        resume = resume_reads.measure(worlds, per_node=args.ranks_per_node, scale=scale, tensors=tensors)
+        if not args.startup_only:
+            reads = node_reads(worlds, shards=args.epoch_shards, per_node=args.ranks_per_node)
+            resume = resume_reads.measure(worlds, per_node=args.ranks_per_node, scale=scale, tensors=tensors)
+        sizes = {k.strip(): start_scale.SIZES[k.strip()] for k in args.sizes.split(",")}
+        scaled = start_scale.measure(sizes, worlds, per_node=args.ranks_per_node,
+                                     walk_steps=200 if args.smoke else 4000, passes=not args.startup_only)
     finally:
         proxy.stop()
         stop(moto)
@@ -426,10 +551,12 @@ def main(argv: list[str] | None = None) -> dict:
 
         s3fs.S3FileSystem.clear_instance_cache()
     lines = report(rows, reads, measured, rejected=args.rejected, manifest_bytes=manifest_bytes, geometry=geometry)
-    lines += ["", *resume_reads.report(resume, scale=scale)]
+    lines += ["", *size_report(sized)]
+    lines += ["", *resume_reads.report(resume, scale=scale)] if resume else []
+    lines += ["", *start_scale.report(scaled, per_node=args.ranks_per_node)]
     print("\n".join(lines), flush=True)
-    result = {"cpu": cpu_line(), "startup": rows, "node_reads": reads, "measured_reads": measured,
-              "resume_reads": resume, "manifest_bytes": manifest_bytes, "args": vars(args)}
+    result = {"cpu": cpu_line(), "startup": rows, "startup_sizes": sized, "node_reads": reads, "measured_reads": measured,
+              "resume_reads": resume, "manifest_bytes": manifest_bytes, "scale": scaled, "args": vars(args)}
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2))
     return result

@@ -2,14 +2,15 @@
 
 ``user_error`` finds, anywhere in what an exception wraps (Ray wraps a task's error in its own,
 Prefect re-raises the flow's), an error the user can act on: a location, a source, a config key,
-the store, a Ray that did not start. ``quiet_user_errors`` keeps such errors out of the console
-logs of Ray Data, Prefect and the root logger: each logs a failing task's exception once, and
-Prefect's task and flow logs say it again in their final state ("Finished in state Failed(...)"),
-so a run printed its message four times; now it ends in the one line ``fail`` prints (the
-Prefect server still receives every record). Any other error keeps its traceback: that is a bug
-to report. ``quiet_cli_lines`` does the same for the lines the command line prints itself
-(records logged with ``extra={"cli_says": True}``: the build's warnings, which the closing lines
-print, and the input-shape warning said before the build started).
+the store, a Ray that did not start, a node's spill disk too small. ``quiet_user_errors`` keeps
+such errors out of the console logs of Ray Data, Prefect and the root logger: each logs a
+failing task's exception once, and Prefect's task and flow logs say it again in their final
+state ("Finished in state Failed(...)"), so a run printed its message four times; now it ends in
+the one line ``fail`` prints (the Prefect server still receives every record). Any other error
+keeps its traceback: that is a bug to report. ``quiet_cli_lines`` does the same for the lines
+the command line prints itself (records logged with ``extra={"cli_says": True}``: the build's
+warnings, which the closing lines print, and the input-shape warning said before the build
+started).
 """
 from __future__ import annotations
 
@@ -31,10 +32,11 @@ def user_error(exc: BaseException) -> str | None:
     from common.config import ConfigError
     from common.retry import chain, ray_cause
     from common.storage import StorageError
+    from pipelines.engine.node_space import SpillSpaceError
     from pipelines.engine.ray_start import RayUnavailable
     from pipelines.ingest import SourceError
 
-    known: tuple[type[BaseException], ...] = (StorageError, SourceError, ConfigError, RayUnavailable)
+    known: tuple[type[BaseException], ...] = (StorageError, SourceError, ConfigError, RayUnavailable, SpillSpaceError)
     # Near dedup's error, when its module ran at all: importing it here would import Ray, which
     # a mistake found before the build starts never needs.
     components = sys.modules.get("pipelines.dedup.components")

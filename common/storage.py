@@ -51,9 +51,10 @@ from __future__ import annotations
 import json
 import os
 import posixpath
+import shutil
 import tempfile
 from contextlib import contextmanager
-from typing import IO, Any, Iterable, Iterator
+from typing import IO, Any, Callable, Iterable, Iterator
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
@@ -345,19 +346,50 @@ def write_bytes(uri: str, data: bytes) -> None:
         raise StorageError(f"{uri}: cannot write ({exc})") from exc
 
 
-def _write_local(path: str, data: bytes) -> None:
+def write_file(uri: str, local: str) -> None:
+    """Upload the local file ``local`` to ``uri`` as ``write_bytes`` writes bytes (all or nothing,
+    the stored size checked, retried), without holding it in memory: a store gets it in parts
+    (the client's multipart upload), a local path a copy renamed into place."""
+    _writable(uri)
+    want = os.path.getsize(local)
+    if is_local(uri):
+        def copy(out: IO[bytes]) -> None:
+            with open(local, "rb") as src:
+                shutil.copyfileobj(src, out, 8 << 20)
+        retry.call("write_file", uri, lambda: _write_local(local_path(uri), copy, want))
+        return
+    fs, path = url_to_fs(uri)
+
+    def attempt() -> None:
+        fs.put_file(local, path)
+        held = fs.info(path).get("size")
+        if held != want:
+            raise retry.Mismatch(f"wrote {want} bytes but the store holds {held}")
+    try:
+        retry.call("write_file", uri, attempt)
+    except FileNotFoundError as exc:
+        raise StorageError(f"{uri}: cannot write ({exc})") from exc
+
+
+def _write_local(path: str, data: bytes | Callable[[IO[bytes]], None], want: int | None = None) -> None:
+    """``data`` (bytes, or a function writing ``want`` bytes to a file) into a temporary file
+    beside ``path``, synced and renamed into place."""
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
             apply_umask(f.fileno())  # mkstemp makes 0600 whatever the umask; publish as open() would
-            f.write(data)
+            if callable(data):
+                data(f)
+            else:
+                f.write(data)
+                want = len(data)
             f.flush()
             os.fsync(f.fileno())
             held = os.fstat(f.fileno()).st_size
-        if held != len(data):
-            raise retry.Mismatch(f"wrote {len(data)} bytes but the store holds {held}")
+        if held != want:
+            raise retry.Mismatch(f"wrote {want} bytes but the store holds {held}")
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

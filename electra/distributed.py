@@ -349,12 +349,25 @@ def on_rank0(compute: Callable[[], T]) -> T:
         try:
             box = [(True, compute())]
         except Exception as exc:  # re-raised on every rank below
-            box = [(False, exc)]
+            box = [(False, portable(exc))]
     dist.broadcast_object_list(box, src=0)
     ok, value = box[0]
     if not ok:
         raise value
     return value
+
+
+def portable(exc: Exception) -> Exception:
+    """``exc`` if it survives pickling (what the broadcast does to it), else a ``RuntimeError``
+    with its type and message: an exception that cannot be sent would fail on rank 0 alone and
+    leave the other ranks waiting in the broadcast."""
+    import pickle
+
+    try:
+        pickle.loads(pickle.dumps(exc))
+        return exc
+    except Exception:  # noqa: BLE001  (any failure to round-trip)
+        return RuntimeError(f"{type(exc).__name__}: {exc}")
 
 
 @contextlib.contextmanager

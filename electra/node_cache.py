@@ -34,7 +34,8 @@ store outside the entry's lock, with one warning per rank (a marker file in the 
 an epoch how many of the node's consumers, (rank, loader worker) pairs, read each entry: the
 node's ranks are consecutive, ``RANK - LOCAL_RANK`` on, ``LOCAL_WORLD_SIZE`` (torchrun) or
 ``LOCAL_SIZE`` (DeepSpeed's launcher) of them (unset: the rank alone), each with its plan, worker
-split and steps. That costs each rank one pass over the node's share of the epoch's positions. A
+split and steps. That costs each rank one pass over the shuffle blocks of the node's share of the
+epoch, positions mapped only where a block straddles two shards (``electra.shard_schedule``). A
 consumer done with an entry (where its ``ShardCache`` evicts it) adds one to a counter in the lock
 file, under the lock; the one that reaches the count deletes the copy and the lock file while
 holding it (a process then granted the lock on the removed file sees the path no longer names it

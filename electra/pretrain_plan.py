@@ -1,35 +1,39 @@
 """The resolve phase of pre-training: everything a run needs to know, checked before it starts.
 
-``resolve(job, world_size=W)`` runs on every rank BEFORE any distributed start-up (no process
-group, no DeepSpeed engine, no C++ op), so a user error surfaces in seconds as one line naming
-the key or path, not minutes later as a traceback from every rank. In order:
+``resolve(job, world_size=W)`` runs BEFORE any distributed start-up (no process group, no
+DeepSpeed engine, no C++ op), so a user error surfaces in seconds as one line naming the key or
+path, not minutes later as a traceback from every rank. It is two parts: ``settle_plan``, which
+reads no corpus (steps 1, 2, 2b, 5, 6, in that order) and runs on every rank, and
+``complete_plan`` (steps 3, 4), which with several ranks runs on rank 0 only, whose plan the
+others take (``electra.shared_plan``). The steps:
 
 1. the run directory: a local or shared-filesystem path that is, or can be, a folder;
 2. the config: a preset by name or a file (``electra.config.load_run_config``), the overrides (a
    ``total_steps`` changed without a warm-up keeps the file's share of warm-up; a run that resumes
    keeps the warm-up it started with);
 2b. ``--init-from``: the checkpoint's architecture replaces the preset's (a contradicting user
-   setting is an error) and its vocabulary must be the corpus's (``electra.init_from``);
+   setting is an error) and its vocabulary must be the corpus's (``electra.init_from``; checked
+   with step 3);
 3. the corpora: manifest, tokenizer (sha256 against the manifest and, when resuming, against the
    checkpoint); several corpora must share the tokenizer and sequence length, and make up each
    epoch by ``data.weights`` (``electra.corpus_set``, ``electra.mixture``). The shard check, one
    listing per shard folder shared by the train and validation splits and compared with the
    manifest's names and sizes (``electra.corpus``), runs here on a single process; with several
-   ranks it is deferred (``RunPlan.check_shards``) and runs on rank 0 only when the runner first
-   asks, inside ``distributed.on_rank0``, which gives every rank rank 0's answer (or its error):
-   a store listed once per start, not twice per rank, and no rank left waiting in the process
-   group's start because rank 0 alone raised before it;
+   ranks it is deferred (``RunPlan.check_shards``) to rank 0, whose plan carries its answer to
+   the others (``RunPlan.adopt`` takes an answer from elsewhere);
 4. the run's config, resolved once (``resolve_run_config``): ``data.seq_len`` and the
    vocabulary size are the corpus's (a ``data.seq_len`` given by the user is a check), the
    precision is what this machine can train in;
-5. the batch geometry for ``W`` ranks (``electra.batch_geometry``) and the DeepSpeed config;
+5. the batch geometry for ``W`` ranks (``electra.batch_geometry``) and the DeepSpeed config
+   (neither depends on the corpus: found before step 3);
 6. the resume: the newest complete checkpoint, its global batch (the data position counts
    global steps, so it must be the same), and whether another world size needs DeepSpeed's
    universal checkpoint (``electra.universal_checkpoint.plan_resume``; refused in one line where it
    cannot work); with ``--resume-schedule`` and no checkpoint of its own, the same for the
    ``--init-from`` checkpoint.
 
-The runner's resolve phase then checks that the run fits the machine (``check_fits_machine``): a
+Rank 0 (``electra.shared_plan.resolve_rank``) then checks that the run fits the machine
+(``check_fits_machine``): a
 GPU-sized run on a machine without a GPU would start a model of hundreds of millions of
 parameters that takes hours per step and looks hung; it is refused in one line with the estimated
 time per step and the presets that fit a CPU, unless ``train.allow_cpu``. The line is decided by
@@ -41,7 +45,7 @@ minute per step at a CPU's tens of GFLOP/s. The estimate in the message uses the
 matmul rate (``electra.hardware.matmul_flops_per_second``), a lower bound on the step's time.
 Then that the corpus fills one global batch (``check_fills_batch``): fewer train examples than
 that is no step at all, refused in one line naming the largest global batch they fill, counted
-from the manifests (so on any number of ranks, before start-up; the runner counts again what
+from the manifests (before start-up; the runner counts again, on every rank, what
 ``data.skip_corrupt`` left); a validation split too small for one is said once.
 
 The result, a frozen ``RunPlan``, is what the other phases (``electra.pretrain_runner``) use;
@@ -133,15 +137,15 @@ class RunPlan:
         return self.check_shards().skipped
 
 
-def resolve_run_config(requested: ElectraConfig, *, corpus_seq_len: int, corpus_vocab_size: int,
-                       precision: str) -> ElectraConfig:
-    """The run's config, built once: ``requested`` with the corpus's sequence length and
-    vocabulary size and the precision this machine trains in. Returns a new (frozen) config,
-    validated again; every change is logged."""
+def resolve_run_config(requested: ElectraConfig, *, corpus_seq_len: int | None = None,
+                       corpus_vocab_size: int | None = None, precision: str) -> ElectraConfig:
+    """The run's config: ``requested`` with the corpus's sequence length and vocabulary size (None:
+    not known yet, left as they are) and the precision this machine trains in. Returns a new
+    (frozen) config, validated again; every change is logged."""
     model, train, data = requested.model, requested.train, requested.data
-    if data.seq_len != corpus_seq_len:
+    if corpus_seq_len is not None and data.seq_len != corpus_seq_len:
         data = dataclasses.replace(data, seq_len=corpus_seq_len)
-    if model.vocab_size != corpus_vocab_size:
+    if corpus_vocab_size is not None and model.vocab_size != corpus_vocab_size:
         log.info("model.vocab_size %d -> %d (from the corpus tokenizer)", model.vocab_size, corpus_vocab_size)
         model = dataclasses.replace(model, vocab_size=corpus_vocab_size)
     if train.precision != precision:
@@ -227,9 +231,27 @@ def no_train_shards(corpus: CorpusSet) -> str:
     return f"{', '.join(corpus.locations)}: no train shards to read (manifest lists {listed}); rebuild the corpus"
 
 
-def resolve(job: PretrainJob, *, world_size: int | None = None, precision: str | None = None) -> RunPlan:
-    """The ``RunPlan`` of ``job`` on ``world_size`` ranks (module docstring); raises a one-line
-    user error (``ConfigError``, ``FileNotFoundError``, ``CorpusMismatchError``, ...) otherwise."""
+@dataclass(frozen=True)
+class Settled:
+    """What resolve knows before reading a corpus (module docstring, steps 1, 2, 2b, 5 and 6): the
+    same on every rank, so every rank can find these errors itself, before the process group."""
+    job: PretrainJob
+    world_size: int
+    run_dir: Path
+    requested: ElectraConfig  # the precision resolved; seq_len and vocabulary still the config's
+    warmup_from: WarmupShare | None
+    resume_dir: Path | None
+    prior: layout.CheckpointMeta | None
+    init: InitSource | None
+    geometry: BatchGeometry
+    ds_config: dict
+    resume: object | None
+
+
+def settle_plan(job: PretrainJob, *, world_size: int | None = None, precision: str | None = None) -> Settled:
+    """The corpus-free part of ``resolve``: run directory, config, ``--init-from``, batch geometry,
+    DeepSpeed config and resume plan. Reads the run directory and the checkpoints it resumes or
+    starts from, never the corpus (``electra.shared_plan``: the ranks other than 0 run only this)."""
     from electra import distributed as D  # torch, not DeepSpeed: imports in about a second
 
     world_size = world_size_from_env() if world_size is None else world_size
@@ -244,6 +266,38 @@ def resolve(job: PretrainJob, *, world_size: int | None = None, precision: str |
                              resume_schedule=job.resume_schedule, run_dir=run_dir, resuming=prior is not None)
     if requested.optimizer != scaled:  # --resume-schedule: the checkpoint's schedule, as it was
         warmup_from = None
+    requested = resolve_run_config(requested, precision=precision or D.effective_precision(requested.train.precision))
+    # Resuming fixes parts of the batch split (the global batch, with ZeRO-3 the world size): an
+    # unsplittable batch then suggests only world sizes the resume accepts.
+    resuming = None if prior is None else resume_split(
+        resume_dir, zero_stage=requested.deepspeed.get("zero_optimization", {}).get("stage", 0))
+    ds_config = D.deepspeed_config(requested, world_size, resuming=resuming)  # the geometry, logged once, is its part
+    geometry = BatchGeometry(ds_config["train_batch_size"], world_size, ds_config["train_micro_batch_size_per_gpu"],
+                             ds_config["gradient_accumulation_steps"])
+    resume = None
+    if prior is not None:
+        if prior.global_batch_size and prior.global_batch_size != geometry.global_batch:
+            raise ConfigError(f"{resume_dir}: saved with train.global_batch_size {prior.global_batch_size}, "
+                              f"now {geometry.global_batch}; the data position counts global batches: "
+                              f"resume with train.global_batch_size={prior.global_batch_size} or start a new run")
+        from electra.universal_checkpoint import ds_config_for_resume, plan_resume
+
+        resume = plan_resume(resume_dir, world_size=world_size,
+                             zero_stage=ds_config.get("zero_optimization", {}).get("stage", 0),
+                             precision=requested.train.precision)
+        ds_config = ds_config_for_resume(ds_config, resume)
+    elif init is not None and job.resume_schedule:
+        resume, ds_config = _schedule_resume(init, requested, ds_config, world_size)
+    return Settled(job, world_size, run_dir, requested, warmup_from, resume_dir, prior, init, geometry, ds_config,
+                   resume)
+
+
+def complete_plan(settled: Settled) -> RunPlan:
+    """The rest of ``resolve``: the corpora (manifests, tokenizers), checked against the config,
+    ``--init-from`` and the checkpoint; then the run's config with the corpus's sequence length and
+    vocabulary. One process runs the shard check here too."""
+    job, prior, init = settled.job, settled.prior, settled.init
+    requested = settled.requested
     corpus = open_corpora(job.corpora, weights=requested.data.weights,
                           tokenizer_sha256=prior.tokenizer_sha256 if prior else None,
                           manifest_sha256=prior.manifest_sha256 if prior else None,
@@ -256,36 +310,21 @@ def resolve(job: PretrainJob, *, world_size: int | None = None, precision: str |
         raise ConfigError(f"data.seq_len {requested.data.seq_len} but the corpus {corpus.primary.root} is packed "
                           f"at {manifest_seq_len}; drop data.seq_len (the corpus's is used) or rebuild the corpus")
     cfg = resolve_run_config(requested, corpus_seq_len=manifest_seq_len, corpus_vocab_size=corpus.vocab_size,
-                             precision=precision or D.effective_precision(requested.train.precision))
-    # Resuming fixes parts of the batch split (the global batch, with ZeRO-3 the world size): an
-    # unsplittable batch then suggests only world sizes the resume accepts.
-    resuming = None if prior is None else resume_split(
-        resume_dir, zero_stage=cfg.deepspeed.get("zero_optimization", {}).get("stage", 0))
-    ds_config = D.deepspeed_config(cfg, world_size, resuming=resuming)  # the batch geometry, logged once, is its part
-    geometry = BatchGeometry(ds_config["train_batch_size"], world_size, ds_config["train_micro_batch_size_per_gpu"],
-                             ds_config["gradient_accumulation_steps"])
-    resume = None
-    if prior is not None:
-        if prior.config_hash != config_hash(cfg):
-            log.warning("config differs from the checkpoint's (hash %s -> %s)", prior.config_hash, config_hash(cfg))
-        if prior.global_batch_size and prior.global_batch_size != geometry.global_batch:
-            raise ConfigError(f"{resume_dir}: saved with train.global_batch_size {prior.global_batch_size}, "
-                              f"now {geometry.global_batch}; the data position counts global batches: "
-                              f"resume with train.global_batch_size={prior.global_batch_size} or start a new run")
-        from electra.universal_checkpoint import ds_config_for_resume, plan_resume
-
-        resume = plan_resume(resume_dir, world_size=world_size,
-                             zero_stage=ds_config.get("zero_optimization", {}).get("stage", 0),
-                             precision=cfg.train.precision)
-        ds_config = ds_config_for_resume(ds_config, resume)
-    elif init is not None and job.resume_schedule:
-        resume, ds_config = _schedule_resume(init, cfg, ds_config, world_size)
-    plan = RunPlan(job, run_dir, cfg, corpus, geometry, ds_config, resume_dir, resume, init,
-                   init is not None and job.resume_schedule, rank=int(os.environ.get("RANK", "0")),
-                   warmup_from=warmup_from)
-    if world_size == 1:  # one process: the check's errors surface here, in seconds
+                             precision=requested.train.precision)
+    if prior is not None and prior.config_hash != config_hash(cfg):
+        log.warning("config differs from the checkpoint's (hash %s -> %s)", prior.config_hash, config_hash(cfg))
+    plan = RunPlan(job, settled.run_dir, cfg, corpus, settled.geometry, settled.ds_config, settled.resume_dir,
+                   settled.resume, init, init is not None and job.resume_schedule, rank=int(os.environ.get("RANK", "0")),
+                   warmup_from=settled.warmup_from)
+    if settled.world_size == 1:  # one process: the check's errors surface here, in seconds
         plan.check_shards()
     return plan
+
+
+def resolve(job: PretrainJob, *, world_size: int | None = None, precision: str | None = None) -> RunPlan:
+    """The ``RunPlan`` of ``job`` on ``world_size`` ranks (module docstring); raises a one-line
+    user error (``ConfigError``, ``FileNotFoundError``, ``CorpusMismatchError``, ...) otherwise."""
+    return complete_plan(settle_plan(job, world_size=world_size, precision=precision))
 
 
 def split_examples(corpus: CorpusSet, split: str) -> int:

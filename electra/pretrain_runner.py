@@ -3,18 +3,21 @@
     runner = PretrainRunner(job)          # electra.pretrain_job.PretrainJob
     runner.run()                          # = resolve, prepare, build, train, export
 
-* **resolve** (``electra.pretrain_plan.resolve``): config, corpus, shard listing, run directory,
-  batch geometry, DeepSpeed config and resume plan, checked on every rank before any
-  distributed start-up: a user error is one line within seconds. Then whether the run fits the
-  machine (``check_fits_machine``: a GPU-sized run on a CPU is refused unless ``train.allow_cpu``)
-  and whether the corpus fills one global batch (``check_fills_batch``).
-* **prepare**: join the process group (DeepSpeed's CPU shm op is skipped for one process), and
-  rank 0 prints the config once (``electra.run_summary``: what differs from the defaults, and
-  the derived values) and readies the run directory: deletes checkpoints a kill left incomplete,
-  writes ``config.json`` (the full resolved config) and ``deepspeed_config.json``, and copies the corpus
-  tokenizer into ``RUN/tokenizer`` (every export reads that copy, so any checkpoint can be
-  exported without the corpus, which may be remote). Rank 0's shard listing is broadcast, so
-  every rank plans from the same answer even if the store changed between their listings.
+* **resolve** (``electra.shared_plan.resolve_rank``): run directory, config, batch geometry,
+  DeepSpeed config and resume plan, checked on every rank before any distributed start-up: a
+  user error is one line within seconds. The corpus (manifest, tokenizer, shard listing) is read
+  by rank 0 alone, which also checks whether the run fits the machine (``check_fits_machine``: a
+  GPU-sized run on a CPU is refused unless ``train.allow_cpu``) and whether the corpus fills one
+  global batch (``check_fills_batch``); one process raises what it finds at once, rank 0 of
+  several holds it for the others.
+* **prepare**: join the process group (DeepSpeed's CPU shm op is skipped for one process), take
+  rank 0's plan, shard check included, or its error (``electra.shared_plan.share``: one
+  broadcast; no other rank reads the corpus's manifest), and rank 0 prints the config once
+  (``electra.run_summary``: what differs from the defaults, and the derived values) and readies
+  the run directory: deletes checkpoints a kill left incomplete, writes ``config.json`` (the full
+  resolved config) and ``deepspeed_config.json``, and copies the corpus tokenizer into ``RUN/tokenizer`` (every export reads that copy, so any checkpoint can be
+  exported without the corpus, which may be remote). Every rank plans from rank 0's shard
+  listing, the same answer even if the store changed since.
 * **build** (``build_objective`` + DeepSpeed): seed, model (identical on every rank; the
   ``--init-from`` weights when the run starts from a checkpoint), objective, engine with the
   project's optimiser and LR schedule; then the checkpoint, if any: directly, or through
@@ -36,8 +39,9 @@ from common import storage
 from electra import distributed as D
 from electra import run_layout as layout
 from electra.pretrain_job import PretrainJob
-from electra.pretrain_plan import RunPlan, check_fills_batch, check_fits_machine, resolve
+from electra.pretrain_plan import RunPlan, check_fills_batch
 from electra.seeding import seed_everything
+from electra.shared_plan import Resolved, resolve_rank, share
 from electra.trainer import StartState, Trainer, TrainHooks
 
 log = logging.getLogger("electra.train")
@@ -66,7 +70,8 @@ def build_objective(plan: RunPlan):
 class PretrainRunner:
     def __init__(self, job: PretrainJob, *, hooks: TrainHooks = TrainHooks()):
         self.job, self.hooks = job, hooks
-        self.plan: RunPlan | None = None
+        self.resolved: Resolved | None = None
+        self.plan: RunPlan | None = None  # after resolve on rank 0 (or one process), after prepare on every rank
         self.dist: D.DistInfo | None = None
         self.shards: tuple[tuple, tuple] | None = None
         self.trainer: Trainer | None = None
@@ -76,19 +81,17 @@ class PretrainRunner:
             getattr(self, phase)()
         return self.trainer
 
-    def resolve(self) -> RunPlan:
+    def resolve(self) -> RunPlan | None:
         import torch
 
-        self.plan = resolve(self.job)
-        estimate = check_fits_machine(self.plan, cuda=torch.cuda.is_available())
-        if estimate is not None and os.environ.get("RANK", "0") == "0":  # before the process group
-            log.warning("train.allow_cpu: a GPU-sized run on a CPU: %s", estimate)
-        check_fills_batch(self.plan)  # a corpus smaller than one global batch, from its manifests
+        # before the process group: the launcher's RANK (absent: one process, rank 0)
+        self.resolved = resolve_rank(self.job, rank=int(os.environ.get("RANK", "0")), cuda=torch.cuda.is_available())
+        self.plan = self.resolved.plan
         return self.plan
 
     def prepare(self) -> None:
-        plan = self.plan
         self.dist = D.init_distributed()
+        plan = self.plan = share(self.resolved)  # rank 0's plan, or its error, on every rank
         if self.dist.rank == 0:
             from electra.run_summary import summary_lines
 
@@ -105,8 +108,8 @@ class PretrainRunner:
                 record = lineage(plan.init, resume_schedule=plan.resume_schedule)
                 storage.write_bytes(str(plan.run_dir / LINEAGE), (json.dumps(record, indent=2) + "\n").encode())
                 log.info("starting from %s (%s)", plan.init.location, plan.init.kind)
-        # rank 0's listing, and the mixture made from it: every rank plans the same order
-        self.shards = D.on_rank0(lambda: (plan.train_shards, plan.validation_shards, plan.train_mixture))
+        # rank 0's listing, and the mixture made from it (in its plan): every rank plans the same order
+        self.shards = (plan.train_shards, plan.validation_shards, plan.train_mixture)
         train, validation, mixture = self.shards  # again, on what data.skip_corrupt left
         check_fills_batch(plan, (sum(mixture.takes) if mixture else sum(s.num_examples for s in train),
                                  sum(s.num_examples for s in validation)))

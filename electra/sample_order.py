@@ -37,7 +37,8 @@ border of two regions is read by both sides, so on a corpus only a few blocks lo
 reads most shards. The shuffle mixes within a block only (plus the shard permutation and the
 streams): a block should span several shards. Mapping positions costs a few numpy operations per
 position and one cached permutation per block; a worker's whole epoch schedule (``schedule``),
-computed when its epoch starts, is one such pass over its positions.
+computed when its epoch starts, is one pass over the shuffle blocks its positions span
+(``electra.shard_schedule``), mapping positions only in blocks that straddle two shards.
 """
 from __future__ import annotations
 
@@ -51,7 +52,6 @@ import numpy as np
 from electra.corpus import ShardRef
 from electra.mixture import Mixture, ShardSlice, epoch_slices
 
-_CHUNK = 1 << 16  # positions per vectorised pass when walking an epoch
 
 
 class Segment(NamedTuple):
@@ -238,21 +238,17 @@ class StreamPlan:
 
     def schedule(self, epoch: int, segments, start: int = 0, stop: int | None = None, *,
                  ordered: tuple[list[ShardSlice], np.ndarray] | None = None) -> ShardSchedule:
-        """The shards ``segments`` read at steps ``[start, stop)`` of ``epoch`` and when (exact:
-        every row's source is computed, a chunk of positions at a time). ``ordered``: the epoch's
+        """The shards ``segments`` read at steps ``[start, stop)`` of ``epoch`` and when (exact,
+        computed per shuffle block: ``electra.shard_schedule``). ``ordered``: the epoch's
         ``ordered_shards``, when the caller has them (computing them is linear in the shards)."""
+        from electra.shard_schedule import segment_steps
+
         stop = self.steps_per_epoch if stop is None else min(stop, self.steps_per_epoch)
         ordered, bounds = ordered if ordered is not None else self.ordered_shards(epoch)
         first = np.full(len(ordered), np.iinfo(np.int64).max, np.int64)
         last = np.full(len(ordered), -1, np.int64)
         for seg in segments:
-            chunk = max(1, _CHUNK // seg.rows)
-            for s0 in range(start, stop, chunk):
-                steps = np.arange(s0, min(stop, s0 + chunk))
-                where, _ = self._locate(bounds, self.source_positions(epoch, self._positions([seg], steps)))
-                step_of = np.repeat(steps, seg.rows)
-                np.minimum.at(first, where, step_of)
-                np.maximum.at(last, where, step_of)
+            segment_steps(self, epoch, seg, start, stop, bounds, first, last)
         used = np.flatnonzero(last >= 0)
         order = used[np.lexsort((used, first[used]))]
         return ShardSchedule(order, first[order], last[order])

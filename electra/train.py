@@ -10,8 +10,10 @@
 optional) or a config file. This file is only the command line: the job it builds
 (``electra.pretrain_job``) goes through the runner's phases (``electra.pretrain_runner``).
 User errors (a bad key, a missing corpus, an impossible batch split, a corpus smaller than one
-batch, a refused resume) are found before any distributed start-up and printed as one line on
-stderr, by rank 0 only, with exit status 2; ``--debug`` shows the traceback instead.
+batch, a refused resume) are printed as one line on stderr, by rank 0 only, with exit status 2;
+``--debug`` shows the traceback instead. They are found before any distributed start-up, except,
+with several ranks, those of the corpus: only rank 0 reads it, and its error reaches the other
+ranks once the process group exists (``electra.shared_plan``).
 
 Run as a file, Python puts this file's folder (``electra/``) first on ``sys.path``, where the
 package's module names (``config``, ``data``, ``model``, ...) would shadow top-level modules of
@@ -71,7 +73,7 @@ def main(argv: list[str] | None = None, *, hooks=None) -> int:
     try:
         runner.job = job_from_args(args)
         runner.resolve()
-        # with several ranks the shard listing (rank 0's, shared) and its errors come in prepare
+        # with several ranks rank 0's corpus errors (it alone reads the corpus) come in prepare
         runner.prepare()
     except user_errors() as exc:
         if args.debug:

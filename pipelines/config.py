@@ -246,13 +246,14 @@ class ShuffleConfig:
     key nor the build's identity covers them (the manifest records them)."""
     map_file_mb: float = 128  # rows per map file: a map task sorts about 3x this in memory
     partition_mb: float = 64  # rows per partition: one reduce call holds one partition
-    reduce_tasks: int = 0  # reduce tasks per shuffle; 0: two per cluster CPU, fewer for a small shuffle
+    reduce_tasks: int = 0  # reduce tasks per shuffle; 0: one per cluster CPU, fewer for a small shuffle
     task_memory_mb: float = 256  # slices a reduce task buffers before it spills sorted runs to local disk
+    slice_mb: float = 16  # the least a reduce task reads from one map file: map files hold reduce_tasks x this
 
     def validate(self) -> None:
-        check(self.map_file_mb > 0 and self.partition_mb > 0 and self.task_memory_mb > 0,
-              "map_file_mb, partition_mb and task_memory_mb must be > 0")
-        check(self.reduce_tasks >= 0, "reduce_tasks must be >= 0 (0: two per CPU of the cluster)")
+        check(self.map_file_mb > 0 and self.partition_mb > 0 and self.task_memory_mb > 0 and self.slice_mb > 0,
+              "map_file_mb, partition_mb, task_memory_mb and slice_mb must be > 0")
+        check(self.reduce_tasks >= 0, "reduce_tasks must be >= 0 (0: one per CPU of the cluster)")
 
     @property
     def file_bytes(self) -> int:
@@ -266,9 +267,14 @@ class ShuffleConfig:
     def memory_bytes(self) -> int:
         return max(1, int(self.task_memory_mb * (1 << 20)))
 
+    @property
+    def slice_bytes(self) -> int:
+        return max(1, int(self.slice_mb * (1 << 20)))
+
     def options(self) -> dict[str, Any]:
         """Keyword arguments of ``shuffle.group_apply`` (and ``shuffle``/``reduce``) for these sizes."""
-        return {"file_bytes": self.file_bytes, "ranges": self.reduce_tasks or None, "memory_bytes": self.memory_bytes}
+        return {"file_bytes": self.file_bytes, "ranges": self.reduce_tasks or None, "memory_bytes": self.memory_bytes,
+                "slice_bytes": self.slice_bytes}
 
 
 @dataclass

@@ -129,7 +129,8 @@ def write_shards(examples: Any, corpus: str, cfg: ShardConfig, *, generation: st
         keyed = (examples.select_columns(["uid", "ordinal", "split", "input_ids", "b_start"])
                  .map_batches(_assign, fn_kwargs={"counts": counts}, batch_format="pyarrow"))
         shuffled = shuffle(keyed, partitions=sum(counts.values()), folder=storage.join(work, "shards"),
-                           name="shard_examples", file_bytes=opts["file_bytes"], ranges=opts["ranges"])
+                           name="shard_examples", file_bytes=opts["file_bytes"], ranges=opts["ranges"],
+                           slice_bytes=opts["slice_bytes"])
         results = reduce(shuffled, _write_group, batch_format="pyarrow", with_partition=True,
                          memory_bytes=opts["memory_bytes"],
                          fn_kwargs={"folder": corpus, "generation": generation, "vocab_size": vocab_size,

@@ -136,12 +136,12 @@ def candidate_rows(parts: Parts, cfg: DedupConfig, *, work: str,
     signatures = shuffle(rows.map_batches(signature_rows, batch_format="numpy",
                                           fn_kwargs={"cfg": cfg, "partitions": half}),
                          partitions=2 * half, ranges=ranges, folder=storage.join(work, "signatures"),
-                         file_bytes=options["file_bytes"], name="lsh_signatures")
+                         file_bytes=options["file_bytes"], slice_bytes=options["slice_bytes"], name="lsh_signatures")
     bands, sketch_half = range(ranges // 2), range(ranges // 2, ranges)
     members = reduce(signatures, shared_buckets, fn_kwargs={"partitions": half}, batch_format="pyarrow",
                      memory_bytes=options["memory_bytes"], ranges=bands)
     memberships = shuffle(members, partitions=2 * half, ranges=ranges, folder=storage.join(work, "members"),
-                          file_bytes=options["file_bytes"], name="lsh_members")
+                          file_bytes=options["file_bytes"], slice_bytes=options["slice_bytes"], name="lsh_members")
     # No shared bucket: nothing to join (the sketch half is then never read).
     joined = join(memberships, signatures, with_sketches, ranges=sketch_half if memberships.rows else [],
                   memory_bytes=options["memory_bytes"])

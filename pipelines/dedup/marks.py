@@ -29,7 +29,7 @@ import pyarrow as pa
 from common import storage
 from pipelines.engine import written
 from pipelines.engine.parts import Parts
-from pipelines.engine.shuffle import FILE_BYTES, PART, TASK_MEMORY_BYTES, MapFileError, reduce, shuffle
+from pipelines.engine.shuffle import FILE_BYTES, PART, SLICE_BYTES, TASK_MEMORY_BYTES, MapFileError, reduce, shuffle
 
 READ_BATCH_ROWS = 4096  # the marking tasks' results taken this many at a time
 
@@ -69,11 +69,12 @@ def _write_part(table: pa.Table, *, partition: int, folder: str) -> dict[str, np
 
 
 def build_marks(pairs: Any, *, num_files: int, folder: str, name: str, file_bytes: int = FILE_BYTES,
-                ranges: int | None = None, memory_bytes: int = TASK_MEMORY_BYTES) -> Marks:
+                ranges: int | None = None, memory_bytes: int = TASK_MEMORY_BYTES, slice_bytes: int = SLICE_BYTES) -> Marks:
     """Shuffle the ``(u, v, file)`` rows of ``pairs`` (a Dataset) by ``file`` into ``folder`` and
     write each part's marks as one object there."""
     sh = shuffle(pairs.map_batches(_by_file, batch_format="numpy"), partitions=max(1, num_files),
-                 folder=storage.join(folder, "map"), name=name, file_bytes=file_bytes, ranges=ranges)
+                 folder=storage.join(folder, "map"), name=name, file_bytes=file_bytes, ranges=ranges,
+                 slice_bytes=slice_bytes)
     if not sh.rows:
         sh.remove()
         return Marks(folder=None, parts=np.zeros(0, np.int64), crcs=np.zeros(0, np.int64), count=0, stats=sh.stats)

@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 import pyarrow as pa
 
-from pipelines.engine.shuffle import TASK_MEMORY_BYTES, Coalesced, Shuffled, range_tasks, read_range
+from pipelines.engine.shuffle import TASK_MEMORY_BYTES, Coalesced, Shuffled, check_spill_room, range_tasks, read_range
 
 
 def _aligned(left: Shuffled, right: Shuffled) -> None:
@@ -68,6 +68,8 @@ def join(left: Shuffled, right: Shuffled, fn: Callable, *, ranges: Sequence[int]
     over every partition of ``ranges`` (all by default) non-empty on either side (lazy); one Ray
     task per range. Raises ``ValueError`` at once if the two are partitioned differently."""
     _aligned(left, right)
+    for side in (left, right):
+        check_spill_room(side, max(1, memory_bytes // 2))
     return range_tasks(left, ranges).map_batches(
         _join_batch, batch_size=1, batch_format="numpy",
         fn_kwargs={"left": left, "right": right, "fn": fn, "fn_kwargs": fn_kwargs or {},

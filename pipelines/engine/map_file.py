@@ -102,25 +102,39 @@ def encode_map_file(table: pa.Table, partitions: int, ranges: int) -> bytes:
     if not 1 <= ranges <= max(1, partitions):
         raise ValueError(f"shuffle: {ranges} ranges for {partitions} partitions (want 1 to {partitions})")
     order = np.argsort(part, kind="stable")
-    rows = table.drop_columns([PART]).take(pa.array(order))
-    rows = rows.append_column(PART, pa.array(part[order].astype(np.int32)))
+    rows = with_part_last(table.drop_columns([PART]).take(pa.array(order)), part[order])
     counts = np.bincount(range_of(part, partitions, ranges), minlength=ranges)
     starts = np.concatenate([[0], np.cumsum(counts)])
     out = pa.BufferOutputStream()
     offsets = np.zeros(ranges + 1, dtype=np.int64)
     for r in range(ranges):
         if counts[r]:
-            with pa.ipc.new_stream(out, rows.schema) as writer:
-                writer.write_table(rows.slice(int(starts[r]), int(counts[r])))
+            write_stream(out, rows.slice(int(starts[r]), int(counts[r])))
         offsets[r + 1] = out.tell()
     body = out.getvalue()
-    records = np.zeros(ranges, dtype=_RECORD)
-    records["start"] = offsets[:-1]
     view = memoryview(body)
-    records["crc"] = [slice_crc(r, int(offsets[r]), int(offsets[r + 1]), view[offsets[r]:offsets[r + 1]])
-                      for r in range(ranges)]
-    return b"".join([view, records.tobytes(), _END.pack(int(offsets[-1])),
-                     _TRAILER_TAIL.pack(partitions, ranges, MAGIC)])
+    crcs = [slice_crc(r, int(offsets[r]), int(offsets[r + 1]), view[offsets[r]:offsets[r + 1]]) for r in range(ranges)]
+    return b"".join([view, trailer(offsets, crcs, partitions, ranges)])
+
+
+def with_part_last(rows: pa.Table, part: np.ndarray) -> pa.Table:
+    """``rows`` (without ``_part``) with the partition column appended as int32: a map file's schema."""
+    return rows.append_column(PART, pa.array(np.asarray(part).astype(np.int32)))
+
+
+def write_stream(sink: Any, rows: pa.Table) -> None:
+    """One range's slice: ``rows`` as one Arrow IPC stream written to ``sink``."""
+    with pa.ipc.new_stream(sink, rows.schema) as writer:
+        writer.write_table(rows)
+
+
+def trailer(offsets: Sequence[int], crcs: Sequence[int], partitions: int, ranges: int) -> bytes:
+    """A map file's trailer: each range's (start, crc32), the last slice's end, then ``P``, ``R``
+    and the magic."""
+    records = np.zeros(ranges, dtype=_RECORD)
+    records["start"] = np.asarray(offsets, dtype=np.int64)[:-1]
+    records["crc"] = np.asarray(crcs, dtype=np.uint32)
+    return b"".join([records.tobytes(), _END.pack(int(offsets[-1])), _TRAILER_TAIL.pack(partitions, ranges, MAGIC)])
 
 
 def check_map_file(data: bytes, partitions: int, ranges: int) -> None:

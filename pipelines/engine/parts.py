@@ -23,14 +23,20 @@ folder", so the leftovers of a killed attempt are never read.
 
 Reading (``Parts.read``) is planned from that list alone, with no call to the store: one read
 task per run of row groups of about ``READ_TASK_BYTES`` (at least ``MIN_READ_TASKS`` tasks when
-the parts allow), planned as one Arrow table (no Python object per task) and cut into a number
-of Ray blocks that follows the cluster, with a capped floor from the data (``raydata.task_table``):
-Ray Data's state per block is what a pass costs the driver. Every byte goes through
+the parts allow), planned as one Arrow table (no Python object per task) and cut into one Ray
+block per task up to a fixed number, the same on any cluster (``raydata.task_table``), run with a
+fixed bound on the tasks in flight (``pipelines.engine.in_flight``): Ray Data's state per block
+and per task in flight is what a pass costs the driver. Every byte goes through
 ``common.storage`` (retried on a store outage; Ray's own Parquet reader would go around it).
 Row groups are small (at most ``ROW_GROUP_ROWS`` rows and about ``ROW_GROUP_BYTES``) so that even
 one big part, or one whose rows are whole books, gives several parallel tasks. A task knows
 which part it reads (``with_file`` adds its index as ``_file``), which is how dedup joins its
 marks to the documents without moving any text.
+
+Inside a runner's stage attempt every read block that a writer pass finishes is journalled by
+the task that wrote it, and a retried attempt skips those blocks, taking their summaries from the
+journal (``pipelines.engine.block_journal``): a failure late in a pass costs the blocks that had
+not finished, not the pass.
 """
 from __future__ import annotations
 
@@ -42,7 +48,7 @@ import numpy as np
 import pyarrow as pa
 
 from common import storage
-from pipelines.engine import written
+from pipelines.engine import block_journal, written
 from pipelines.engine.part_list import PartList, PartListBuilder
 
 ROW_GROUP_ROWS = 2048
@@ -103,8 +109,15 @@ SUMMARY_BATCH = 1024
 
 def run_writers(ds: Any, fn: Callable, **kwargs: Any) -> Iterator[dict[str, Any]]:
     """Run ``fn`` (a pyarrow block -> ``summary_row``) over every block of ``ds``; yields the
-    summaries as they arrive (consume them all: the pass runs as they are taken)."""
-    out = ds.map_batches(fn, batch_format="pyarrow", batch_size=None, fn_kwargs=kwargs)
+    summaries as they arrive (consume them all: the pass runs as they are taken).
+
+    Inside a runner's stage attempt (``block_journal.stage``) the summaries of the blocks an
+    earlier attempt finished come first, from the journal (their read tasks read nothing), and
+    each read block this pass finishes is journalled by the task that wrote it."""
+    # A failed attempt's finished blocks: their parts are on the store, nothing is written now.
+    yield from block_journal.take_carried()
+    out = ds.map_batches(_journalled_writer, batch_format="pyarrow", batch_size=None,
+                         fn_kwargs={"fn": fn, "kwargs": kwargs})
     for batch in out.iter_batches(batch_size=SUMMARY_BATCH, batch_format="pyarrow"):
         for summary in batch.column("summary").to_pylist():
             summary = json.loads(summary)
@@ -112,6 +125,13 @@ def run_writers(ds: Any, fn: Callable, **kwargs: Any) -> Iterator[dict[str, Any]
             written.add(files=len(files), nbytes=sum(int(f.get("bytes", 0)) for f in files),
                         quarantined=len(summary.get("rejected", [])))
             yield summary
+
+
+def _journalled_writer(table: pa.Table, *, fn: Callable, kwargs: dict[str, Any]) -> dict[str, np.ndarray]:
+    """``fn`` on ``table``, then its summary noted for the journal of the read block (if any)."""
+    row = fn(table, **kwargs)
+    block_journal.wrote(table.num_rows, row["summary"], kwargs)
+    return row
 
 
 # ------------------------------------------------------------------------------ documents
@@ -302,12 +322,15 @@ class Parts:
         tasks = self.tasks()
         if not tasks.num_rows:
             return ray.data.from_items([])
-        from pipelines.engine.raydata import task_table
+        from pipelines.engine.raydata import task_blocks, task_table
 
+        # Inside a runner's stage attempt: the blocks an earlier attempt finished are skipped.
+        journal = block_journal.read_pass(self.folder, tasks, task_blocks(tasks.num_rows), with_file=with_file,
+                                          transform=transform, transform_kwargs=transform_kwargs or {})
         return task_table(tasks).map_batches(
             _read_tasks, batch_size=1, batch_format="pyarrow",
             fn_kwargs={"folder": self.folder, "with_file": with_file, "transform": transform,
-                       "transform_kwargs": transform_kwargs or {}})
+                       "transform_kwargs": transform_kwargs or {}, "journal": journal})
 
 
 def read_task(folder: str, task: dict[str, Any]) -> pa.Table:
@@ -322,16 +345,23 @@ def read_task(folder: str, task: dict[str, Any]) -> pa.Table:
 
 
 def _read_tasks(batch: pa.Table, *, folder: str, with_file: bool, transform: Callable | None,
-                transform_kwargs: dict[str, Any]) -> Iterator[pa.Table]:
+                transform_kwargs: dict[str, Any],
+                journal: block_journal.PassRef | None = None) -> Iterator[pa.Table]:
     from pipelines.engine.raydata import tasks_of
 
+    if journal is not None and journal.start(batch) in journal.skip:
+        return  # an earlier attempt wrote this block's parts: its summaries come from the journal
     for task in tasks_of(batch):
         table = read_task(folder, task)
         if with_file:
             table = table.append_column(FILE_COLUMN, pa.array(np.full(table.num_rows, task["index"], np.int64)))
         if transform is not None:
             table = transform(table, task["index"], **transform_kwargs)
-        yield table
+        # The journal knows the block is written once the writer has seen as many rows as this
+        # hands on (the operators after a read mark or select rows, never drop them).
+        yield table if journal is None else journal.rows(table)
+    if journal is not None:
+        journal.read_all()
 
 
 def read_parts(folder: str, files: PartList | list[dict[str, Any]]) -> Any:

@@ -21,8 +21,20 @@
   and errors, not three lines per execution, and not its false "no available CPUs ... will hang"
   warning on our own local Ray (``ELECTRA_PROGRESS`` brings the lines and the bars back).
 * ``task_blocks``, ``task_table``, ``tasks_of``: read tasks (a table) as a Dataset of a bounded
-  number of blocks (the driver's cost grows with its blocks, and they follow the
-  cluster, with a capped floor from the data).
+  number of blocks: one per read task up to ``MAX_TASK_BLOCKS``, never from the cluster's CPUs.
+  With ``pipelines.engine.in_flight`` (every operator keeps at most ``MAX_TASKS_IN_FLIGHT`` tasks
+  in flight, installed by ``configure_data_context``) a pass costs the driver the same on 2 CPUs
+  as on thousands, and a bounded amount at any data size.
+
+What a pass costs the driver, and the trade-off. Ray Data keeps a record per block for the whole
+execution (a few KB) and, per task in flight, its task state (tens of KB); without a bound it
+submits every block's task at once. Blocks planned as a multiple of the cluster's CPUs (so that a
+big cluster is busy and balanced) therefore made the driver grow with the cluster: at thousands of
+nodes, gigabytes per pass. Now parallelism comes from the tasks in flight, bounded by a constant,
+and balance from the blocks, one per read task (so the largest run first and small ones fill in
+at the end) up to a constant beyond which a block's task reads several read tasks one after
+another. The price: a cluster with more CPUs than ``MAX_TASKS_IN_FLIGHT`` runs a pass on that
+many of them; a bigger bound buys parallelism there at a fixed cost on the driver per task.
 * ``partitions_for``: shuffle partition counts from the data size (with a fixed floor), never
   from the CPUs present at start. An autoscaling cluster whose head has 0 CPUs would otherwise get the minimum, and a
   small corpus on a big cluster hundreds of empty partitions.
@@ -116,6 +128,10 @@ def configure_data_context() -> None:
     # every task progressed. Stalls are bounded where they happen instead: every store request
     # is retried within a budget renewed by progress (common.storage), and fails the stage past it.
     ctx.execution_no_progress_timeout_s = -1
+    # The driver holds every task in flight, and without the reservation nothing else bounds them.
+    from pipelines.engine import in_flight
+
+    in_flight.install(ctx)
     ctx.enable_progress_bars = bool(os.environ.get("ELECTRA_PROGRESS", ""))
     if not ctx.enable_progress_bars:
         # Ray Data's once-per-process hint "Progress bars disabled. To enable, set ..." answers a
@@ -170,41 +186,24 @@ def drop_stale_no_cpu_warning() -> None:
         logger.addFilter(_StaleNoCpuWarning())
 
 
-# Blocks of a list of read tasks: TASK_BLOCKS_PER_CPU per CPU of the cluster, at least
-# MIN_TASK_BLOCKS, and at least one per TASKS_PER_BLOCK tasks up to MAX_DATA_BLOCKS (never more
-# blocks than tasks). Ray Data keeps state for every block of a Dataset on the driver for the
-# whole execution (references, metadata, statistics: ~66 KB a block, measured), so the blocks,
-# not the tasks, are what the driver pays for. The data's floor is for autoscaling clusters,
-# whose CPUs at the start (a head with none) say nothing of the CPUs the stage will run on: a big
-# stage still gets enough blocks to use them; its cap keeps the driver's share bounded at any
-# data size (beyond it a block's task reads more tasks one after another; the CPU term still
-# follows a big cluster). The corpus does not depend on the grouping (documents are keyed by
-# their own ids, examples packed per document, shards sorted); the parts in between, and the
-# rejected/ files, are cut per block, so their names and number do.
-TASK_BLOCKS_PER_CPU = 4
-MIN_TASK_BLOCKS = 16
-TASKS_PER_BLOCK = 32
-MAX_DATA_BLOCKS = 1024
+# Blocks of a list of read tasks: one per task, at most MAX_TASK_BLOCKS (beyond it a block's task
+# reads several read tasks one after another), whatever the cluster. The bound is a few blocks per
+# task in flight (``in_flight.MAX_TASKS_IN_FLIGHT``), so a big pass still balances: the largest
+# tasks first, small ones filling in at the end. The corpus does not depend on the grouping
+# (documents are keyed by their own ids, examples packed per document, shards sorted); the parts
+# in between, and the rejected/ files, are cut per block, so their names and number do.
+MAX_TASK_BLOCKS = 4096
 
 
-def task_blocks(tasks: int, *, cpus: int | None = None) -> int:
-    """Blocks for ``tasks`` read tasks: ``min(tasks, max(MIN_TASK_BLOCKS, TASK_BLOCKS_PER_CPU x
-    CPUs, min(tasks / TASKS_PER_BLOCK, MAX_DATA_BLOCKS)))``, at least 1; ``cpus`` defaults to the
-    running cluster's."""
-    import ray
-
-    if cpus is None:
-        try:
-            cpus = int(ray.cluster_resources().get("CPU", 0))
-        except Exception:  # noqa: BLE001 (no cluster view: the floor applies)
-            cpus = 0
-    by_data = min(-(-tasks // TASKS_PER_BLOCK), MAX_DATA_BLOCKS)
-    return max(1, min(tasks, max(MIN_TASK_BLOCKS, TASK_BLOCKS_PER_CPU * cpus, by_data)))
+def task_blocks(tasks: int) -> int:
+    """Blocks for ``tasks`` read tasks: ``min(tasks, MAX_TASK_BLOCKS)``, at least 1; the same on
+    any cluster."""
+    return max(1, min(tasks, MAX_TASK_BLOCKS))
 
 
-def task_table(tasks: Any, *, cpus: int | None = None) -> Any:
+def task_table(tasks: Any, *, blocks: int | None = None) -> Any:
     """A table of read tasks (a ``pyarrow.Table``, one row per task, largest first) as a Ray
-    Dataset of ``task_blocks(rows)`` one-row blocks, block ``b`` holding rows ``b, b + k, ...``
+    Dataset of ``blocks`` (default ``task_blocks(rows)``; at most one per row) one-row blocks, block ``b`` holding rows ``b, b + k, ...``
     (each block a share of large and small tasks, run one after another by the task that reads
     the block) as one Arrow IPC stream in its column ``tasks`` (``tasks_of`` reads it back): no
     Python object per task on the driver. (``ray.data.from_arrow`` with a table per block cost the
@@ -214,7 +213,7 @@ def task_table(tasks: Any, *, cpus: int | None = None) -> Any:
     import pyarrow as pa
     import ray
 
-    k = task_blocks(tasks.num_rows, cpus=cpus)
+    k = max(1, min(tasks.num_rows, blocks)) if blocks else task_blocks(tasks.num_rows)
     streams = []
     for b in range(k):
         sink = pa.BufferOutputStream()

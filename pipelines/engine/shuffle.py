@@ -13,20 +13,23 @@ anyway: a lost node costs only its running tasks, and a small shuffle a fraction
 
 Map side. The rows to shuffle are a Ray Dataset with an int64 column ``_part`` in ``[0, P)``.
 The driver streams the dataset's blocks (``iter_internal_ref_bundles``: object references and
-sizes, never rows) and groups consecutive blocks until they hold about ``file_bytes``
-(``shuffle.map_file_mb``); each group becomes one map task, which concatenates its blocks,
-cuts them into pieces of about ``file_bytes`` (a block larger than that gives several files) and
-writes each as one map file (``pipelines.engine.map_file``: R range slices, checksummed, plus a
-trailer). A map file is named by a hash of its content, so a retried task rewrites the same
-object; readers open only the files the driver collected, so an orphan of a failed attempt is
-never read. The names start with two hex digits of that hash as a folder: S3 scales its request
-rate per key prefix (about 5,500 GETs/s each), and 256 prefixes spread the reduce side's reads.
-Map tasks in flight: two per CPU of the cluster (at least ``MIN_IN_FLIGHT``), so the map side
-grows with the cluster and the driver references a bounded number of blocks.
+sizes, never rows) and groups consecutive blocks until they hold a map file's bytes,
+``max(file_bytes, R x slice_bytes)`` (``shuffle.map_file_mb``, ``shuffle.slice_mb``; why R:
+below); each group becomes one map task (``pipelines.engine.map_task``: sorted in memory when a
+map file is ``file_bytes``, streamed through a local spill when it is larger), which writes
+map files (``pipelines.engine.map_file``: R range slices, checksummed, plus a trailer). A map
+file is named by a hash of its content, so a retried task rewrites the same object; readers
+open only the files the driver collected, so an orphan of a failed attempt is never read. The
+names start with two hex digits of that hash as a folder: S3 scales its request rate per key
+prefix (about 5,500 GETs/s each), and 256 prefixes spread the reduce side's reads. Map tasks in
+flight: two per CPU of the cluster (at least ``MIN_IN_FLIGHT``), fewer where their blocks would
+pin more than half of a node's object store (``node_space.map_tasks_in_flight``).
 
-Reduce side. ``R`` reduce tasks (``ranges``: ``shuffle.reduce_tasks``, or two per CPU of the
+Reduce side. ``R`` reduce tasks (``ranges``: ``shuffle.reduce_tasks``, or one per CPU of the
 cluster, fewer for a small shuffle (one per ``PARTITIONS_PER_RANGE`` partitions), at least
-``MIN_REDUCE_TASKS``; never more than ``P``) own contiguous partition ranges.
+``MIN_REDUCE_TASKS``; never more than ``P``) own contiguous partition ranges; before they start,
+the driver checks that its node's spill folder has room for its share (``check_spill_room``),
+and each task checks its own node as it starts (``RangeSpill(expected_bytes=)``).
 Task ``r`` makes two ranged reads per map file: its trailer record (20 bytes; the trailer's tail
 too for the last range), then its slice. The slices go through a ``RangeSpill``
 (``pipelines.engine.spill``): buffered up to ``memory_bytes``, then sorted by partition into
@@ -37,17 +40,22 @@ of rows within a partition). Map files are read in batches (``READ_BATCH`` files
 at most a quarter of the budget in flight), so a task's memory is its buffer, one batch, one
 partition and the spill's small indexes (``pipelines.engine.spill``), whatever the data's size.
 
-How the requests grow. Per shuffle: M PUTs (M map files, bytes / ``file_bytes``; each checked
-with a HEAD), one LIST when the folder is removed, and
-2 x M x R GETs, R fixed by the cluster once the data fills it: linear in the data (10x the data, 10x the requests, each
-reading 1/R of a map file). Bytes read = the map files' bytes once plus 8 bytes per (map file,
-boundary between two ranges): 8 (R - 1) M. The price of a fixed R is that a reduce task's share grows
-with the data: its memory does not (the spill), its local disk does (bytes / R, in the system's
-temp folder), and a retried task redoes its whole range. The previous design made R follow the
-data (one task per 256 MiB), and the GETs grew as its square; ``benchmarks/corpus_scale.py
---simulate`` measures both through an S3 server. A push-based merge (Magnet; Ray's push-based
-shuffle) would cut the GETs by the merge factor again, at the price of writing every byte
-twice; not needed while 2 x M x R stays within the store's rate.
+How the requests grow. Per shuffle: M map files (each one PUT, or a multipart upload of
+s3fs's parts when streamed, checked with a HEAD), one LIST when the folder is removed, and
+2 x M x R GETs. M is bytes / max(file_bytes, R x slice_bytes), so once R x slice_bytes exceeds
+``file_bytes`` the GETs are 2 x bytes / slice_bytes whatever R is: linear in the data at any
+reduce parallelism, each slice about ``slice_bytes``. Below that (R < file_bytes / slice_bytes:
+8 at the defaults, the floor of R) they are 2 x bytes x R / file_bytes with R fixed: linear too.
+A cluster that picks R from the data (one task per 256 MiB up to its CPUs) therefore pays the
+requests of the data, not data x cluster; the previous design (map files of ``file_bytes``
+whatever R) paid 2 x M x R, which at R = 12,288 meant slices of a few KB and billions of GETs
+(``benchmarks/corpus_scale.py --simulate SIZES --cluster NODESxCPUS`` prints both). The price is
+the map side's: fewer, larger map tasks, each spilling its map file to local disk twice over
+(``map_task``). Bytes read = the map files' bytes once plus 8 bytes per (map file, boundary
+between two ranges): 8 (R - 1) M. A reduce task's share grows with the data once R is the
+cluster's: its memory does not (the spill), its local disk does (bytes / R), and a retried task
+redoes its whole range. This is the map side's version of the merge that Magnet and Exoshuffle
+do on the reduce side: each reduce task finds its bytes of one map task's share in one read.
 
 The driver holds the list of map files (about a hundred bytes each), never rows or blocks x
 partitions. Every read and write goes through ``common.storage`` (retried on transient store
@@ -56,9 +64,7 @@ which the runner empties before an attempt and deletes once the stage's outputs 
 """
 from __future__ import annotations
 
-import hashlib
 import math
-import resource
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
@@ -68,9 +74,11 @@ import pyarrow as pa
 
 from common import storage
 from pipelines.engine import written
-from pipelines.engine.map_file import (PART, MapFile, MapFileError, MapFiles, decode_slice, encode_map_file,
-                                       index_range, range_bounds, slice_bounds)
-from pipelines.engine.spill import RangeSpill
+from pipelines.engine.map_file import (PART, MapFile, MapFileError, MapFiles, decode_slice, index_range, range_bounds,
+                                       slice_bounds)
+from pipelines.engine.map_task import map_file_bytes, stream_map_file, write_map_files
+from pipelines.engine import node_space
+from pipelines.engine.spill import MAX_RUNS, RangeSpill
 
 __all__ = ["PART", "Coalesced", "MapFile", "MapFileError", "MapFiles", "Shuffled", "default_ranges", "group_apply", "hash_partition",
            "read_partition", "read_range", "reduce", "shuffle"]
@@ -81,9 +89,14 @@ FILE_BYTES = 128 << 20
 # Map tasks in flight per CPU of the cluster, and at least this many.
 IN_FLIGHT_PER_CPU = 2
 MIN_IN_FLIGHT = 16
+# Bytes a reduce task reads from one map file, at least (``shuffle.slice_mb``): map files hold
+# R x this (``map_task.map_file_bytes``), so the reads stay this large at any R. Each read of a
+# slice comes with a read of its index record (20 bytes): the mean read is about half of this.
+SLICE_BYTES = 16 << 20
 # Reduce tasks (ranges) per CPU of the cluster, and at least this many while there are that many
-# partitions: a small shuffle still spreads over a few CPUs.
-RANGES_PER_CPU = 2
+# partitions: a small shuffle still spreads over a few CPUs. One per CPU fills the cluster; more
+# would only make the map files (R x SLICE_BYTES) larger and the map side's tasks fewer.
+RANGES_PER_CPU = 1
 MIN_REDUCE_TASKS = 8
 # ... and no more ranges than one per this many partitions (about 256 MB of rows at the default
 # partition size): a small shuffle on a big cluster does not cut every map file a thousand ways.
@@ -139,55 +152,47 @@ def _cluster_cpus() -> int:
         return 0
 
 
-def default_ranges(partitions: int, reduce_tasks: int = 0) -> int:
-    """Reduce tasks of a shuffle of ``partitions``: ``reduce_tasks`` if set, else two per CPU of
-    the cluster, or one per ``PARTITIONS_PER_RANGE`` partitions where that is fewer (at least
-    ``MIN_REDUCE_TASKS`` either way); at most one per partition. So the number follows the data
-    up to the cluster's size and stays there: requests grow linearly once the data fills the
-    cluster."""
+def _nodes() -> list[node_space.Node]:
+    try:
+        return node_space.cluster_nodes()
+    except Exception:  # noqa: BLE001 (no Ray here: the floor applies)
+        return []
+
+
+def check_spill_room(shuffled: Shuffled, memory_bytes: int = TASK_MEMORY_BYTES) -> None:
+    """Before a reduce side: ``node_space.SpillSpaceError`` (one line naming the folder, the room it
+    needs and the fix) if this node's spill folder cannot hold its reduce tasks' spills."""
+    node_space.check_spill_room(shuffled.files.total_bytes, shuffled.ranges, _nodes(), budget=memory_bytes,
+                                fan_in=MAX_RUNS)
+
+
+def default_ranges(partitions: int, reduce_tasks: int = 0, *, cpus: int | None = None) -> int:
+    """Reduce tasks of a shuffle of ``partitions``: ``reduce_tasks`` if set, else one per CPU of
+    the cluster (``cpus``, or the running cluster's), or one per ``PARTITIONS_PER_RANGE``
+    partitions where that is fewer (at least ``MIN_REDUCE_TASKS`` either way); at most one per
+    partition. So the number follows the data up to the cluster's size and stays there; the
+    requests grow with the data either way (map files of ``R x slice_bytes``: ``map_task``)."""
     if not reduce_tasks:
-        by_cluster = max(MIN_REDUCE_TASKS, RANGES_PER_CPU * _cluster_cpus())
+        by_cluster = max(MIN_REDUCE_TASKS, RANGES_PER_CPU * (_cluster_cpus() if cpus is None else cpus))
         by_data = max(MIN_REDUCE_TASKS, math.ceil(partitions / PARTITIONS_PER_RANGE))
         reduce_tasks = min(by_cluster, by_data)
     return max(1, min(partitions, reduce_tasks))
 
 
-def _pieces(table: pa.Table, file_bytes: int) -> list[pa.Table]:
-    """``table`` cut into row runs of about ``file_bytes`` each (one if it is not much larger)."""
-    n = max(1, round(table.nbytes / max(1, file_bytes)))
-    if n == 1 or table.num_rows < 2:
-        return [table]
-    edges = [i * table.num_rows // n for i in range(n + 1)]
-    return [table.slice(a, b - a) for a, b in zip(edges, edges[1:]) if b > a]
-
-
-def _write_map_files(folder: str, partitions: int, ranges: int, file_bytes: int, *blocks: Any) -> dict[str, Any]:
-    from ray.data.block import BlockAccessor
-
-    tables = [BlockAccessor.for_block(b).to_arrow() for b in blocks]
-    table = pa.concat_tables(tables, promote_options="default") if len(tables) > 1 else tables[0]
-    del tables
-    files = []
-    for piece in _pieces(table, file_bytes):
-        data = encode_map_file(piece, partitions, ranges)
-        digest = hashlib.blake2b(data, digest_size=12).hexdigest()
-        name = f"{digest[:2]}/map-{digest}.arrows"
-        storage.write_bytes(storage.join(folder, name), data)
-        files.append(MapFile(name, len(data), piece.num_rows))
-        del data
-    # As ``MapFiles`` (arrays), not a dict per file: the driver gathers every task's list.
-    return {"files": MapFiles(files), "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss << 10}
-
-
 def shuffle(ds: Any, *, partitions: int, folder: str, file_bytes: int = FILE_BYTES, ranges: int | None = None,
-            name: str = "") -> Shuffled:
+            name: str = "", slice_bytes: int = SLICE_BYTES) -> Shuffled:
     """Run ``ds`` (rows with ``_part``) to the end and write its map files into ``folder``, cut
-    into ``ranges`` reduce ranges (``default_ranges`` if None)."""
+    into ``ranges`` reduce ranges (``default_ranges`` if None), each map file holding at least
+    ``ranges x slice_bytes`` of rows (``map_task.map_file_bytes``)."""
     import ray
 
     ranges = default_ranges(partitions) if ranges is None else max(1, min(partitions, int(ranges)))
-    writer = ray.remote(_write_map_files).options(max_retries=3, retry_exceptions=[storage.StorageError])
-    max_in_flight = max(MIN_IN_FLIGHT, IN_FLIGHT_PER_CPU * _cluster_cpus())
+    target = map_file_bytes(file_bytes, ranges, slice_bytes)
+    streamed = target > file_bytes  # larger than a map task sorts in memory
+    task = stream_map_file if streamed else write_map_files
+    writer = ray.remote(task).options(max_retries=3, retry_exceptions=[storage.StorageError])
+    # each task in flight pins up to a map file's blocks in some node's object store
+    max_in_flight = node_space.map_tasks_in_flight(_nodes(), target, per_cpu=IN_FLIGHT_PER_CPU, at_least=MIN_IN_FLIGHT)
     start = time.perf_counter()
     done: list[MapFiles] = []
     in_flight: list[Any] = []
@@ -205,7 +210,10 @@ def shuffle(ds: Any, *, partitions: int, folder: str, file_bytes: int = FILE_BYT
     def submit() -> None:
         nonlocal pending, pending_bytes
         if pending:
-            in_flight.append(writer.remote(folder, partitions, ranges, file_bytes, *pending))
+            if streamed:  # a list of references: fetched one at a time by the task
+                in_flight.append(writer.remote(folder, partitions, ranges, file_bytes, pending))
+            else:
+                in_flight.append(writer.remote(folder, partitions, ranges, file_bytes, *pending))
             pending, pending_bytes = [], 0
         while len(in_flight) > max_in_flight:
             ready, rest = ray.wait(in_flight, num_returns=1)
@@ -219,15 +227,16 @@ def shuffle(ds: Any, *, partitions: int, folder: str, file_bytes: int = FILE_BYT
                 continue
             pending.append(entry.ref)
             pending_bytes += int(entry.metadata.size_bytes or 0)
-            if pending_bytes >= file_bytes:
+            if pending_bytes >= target:
                 submit()
     submit()
     collect(ray.get(in_flight))
     files = MapFiles.joined(done)
     del done
     stats = {"name": name, "partitions": partitions, "ranges": ranges, "blocks_in": blocks,
-             "map_files": len(files), "rows": files.total_rows, "bytes": files.total_bytes,
-             "map_task_peak_rss": peak_rss, "map_seconds": round(time.perf_counter() - start, 3)}
+             "map_files": len(files), "map_file_target": target, "streamed": streamed, "rows": files.total_rows,
+             "bytes": files.total_bytes, "map_task_peak_rss": peak_rss,
+             "map_seconds": round(time.perf_counter() - start, 3)}
     return Shuffled(folder=folder, partitions=partitions, files=files, ranges=ranges, stats=stats)
 
 
@@ -244,7 +253,8 @@ def read_range(shuffled: Shuffled, r: int, *, memory_bytes: int = TASK_MEMORY_BY
     # reads fall on different key prefixes rather than all on the first few.
     n = len(shuffled.files)
     start = r * n // shuffled.ranges
-    with RangeSpill(lo, hi, budget=memory_bytes, name=f"{shuffled.folder}#{r}") as spill:
+    with RangeSpill(lo, hi, budget=memory_bytes, name=f"{shuffled.folder}#{r}", ranges=shuffled.ranges,
+                    expected_bytes=-(-shuffled.files.total_bytes // shuffled.ranges)) as spill:
         for first in range(0, n, READ_BATCH):
             # one batch's entries at a time: no second copy of the whole list in the task
             batch = shuffled.files.take((start + np.arange(first, min(n, first + READ_BATCH))) % n)
@@ -369,8 +379,9 @@ def reduce(shuffled: Shuffled, fn: Callable, *, fn_kwargs: dict | None = None, b
     ``fn`` gets a numpy batch (or a pyarrow table with ``batch_format="pyarrow"``) holding every
     row of its partition (and ``partition=p`` with ``with_partition``) and returns a batch (or
     None). One Ray task per range of the shuffle (of ``ranges`` only, if given), one call per
-    partition.
+    partition. Checks first that this node's spill folder has room (``check_spill_room``).
     """
+    check_spill_room(shuffled, memory_bytes)
     return range_tasks(shuffled, ranges).map_batches(
         _reduce_batch, batch_size=1, batch_format="numpy",
         fn_kwargs={"shuffled": shuffled, "fn": fn, "fn_kwargs": fn_kwargs or {}, "batch_format": batch_format,
@@ -397,12 +408,14 @@ def _keyed(batch: pa.Table, *, key: str, partitions: int) -> pa.Table:
 
 def group_apply(ds: Any, fn: Callable, *, key: str, partitions: int, folder: str, name: str = "",
                 fn_kwargs: dict | None = None, batch_format: str = "numpy", file_bytes: int = FILE_BYTES,
-                ranges: int | None = None, memory_bytes: int = TASK_MEMORY_BYTES) -> tuple[Any, Shuffled]:
+                ranges: int | None = None, memory_bytes: int = TASK_MEMORY_BYTES,
+                slice_bytes: int = SLICE_BYTES) -> tuple[Any, Shuffled]:
     """Apply ``fn`` to whole hash partitions of ``ds`` by the int64 column ``key``: every row with
     a given key reaches the same call. Runs the map side now; returns the reduce side (lazy)
     and the shuffle (its files stay until ``Shuffled.remove``)."""
     keyed = ds.map_batches(_keyed, batch_format="pyarrow", fn_kwargs={"key": key, "partitions": partitions})
-    shuffled = shuffle(keyed, partitions=partitions, folder=folder, name=name, file_bytes=file_bytes, ranges=ranges)
+    shuffled = shuffle(keyed, partitions=partitions, folder=folder, name=name, file_bytes=file_bytes, ranges=ranges,
+                       slice_bytes=slice_bytes)
     return (reduce(shuffled, fn, fn_kwargs=fn_kwargs, batch_format=batch_format, memory_bytes=memory_bytes),
             shuffled)
 

@@ -30,6 +30,15 @@ runs), in ``ELECTRA_SPILL_DIR`` or the system's temp folder, in a folder tagged 
 shuffle, the range and the process: removed when the task ends, even on error, and by the next
 attempt of the same range on that node if a kill left it behind (its process is gone).
 
+Room on that disk (``pipelines.engine.node_space``). Given the bytes its range will bring
+(``expected_bytes``, from the map files' sizes), a spill checks as it starts that the folder's
+file system has room for every reduce task this node may run at once, each at its peak (the
+bound is ``node_space.node_spill_bytes``; the driver checks only its own node before the reduce
+side, so each worker node checks here); and before each run it writes, that the run fits (a disk
+filled by something else meanwhile), and a write that still finds it full is caught. Each raises
+``SpillSpaceError``: one line naming the folder, the size needed, the free space and the fixes,
+not ENOSPC deep in Arrow, and not retried.
+
 The alternative, a streaming k-way merge of the map files' sorted slices (datatrove's MinHash
 buckets), needs one open stream per map file, thousands at scale; one sequential read of each
 slice into local runs keeps the store's requests at one per map file and its connections few.
@@ -45,15 +54,13 @@ from typing import Iterator
 import numpy as np
 import pyarrow as pa
 
+from pipelines.engine import node_space
 from pipelines.engine.map_file import PART
+from pipelines.engine.node_space import SPILL_DIR_ENV, SpillSpaceError, spill_root
 
-SPILL_DIR_ENV = "ELECTRA_SPILL_DIR"
+__all__ = ["MAX_RUNS", "SPILL_DIR_ENV", "RangeSpill", "SpillSpaceError", "spill_root"]
+
 MAX_RUNS = 64
-
-
-def spill_root() -> str:
-    """Where reduce tasks spill: ``ELECTRA_SPILL_DIR`` if set, else the system's temp folder."""
-    return os.path.join(os.environ.get(SPILL_DIR_ENV) or tempfile.gettempdir(), "electra-spill")
 
 
 class _Run:
@@ -90,18 +97,26 @@ class RangeSpill:
     """Rows of partitions ``[lo, hi)`` added in order; read back one partition at a time.
 
     ``name`` (a shuffle's folder and range) tags the local folder (``<tag>.<pid>.<random>``), so
-    that a later attempt of the same range removes what a killed one left there."""
+    that a later attempt of the same range removes what a killed one left there.
 
-    def __init__(self, lo: int, hi: int, *, budget: int, name: str = ""):
+    ``expected_bytes`` (the range's bytes in the map files; 0: unknown, not checked) and
+    ``ranges`` (the shuffle's reduce tasks; 0: unknown) size the check at the start: raises
+    ``SpillSpaceError`` if this node's spill folder has no room for ``min(ranges, its CPUs)``
+    tasks at their peak, naming the fewest reduce tasks that would fit when ``ranges`` is known."""
+
+    def __init__(self, lo: int, hi: int, *, budget: int, name: str = "", expected_bytes: int = 0, ranges: int = 0):
         self.lo, self.hi, self.budget = lo, hi, max(1, int(budget))
         self.name = name
+        self.expected_bytes, self.ranges = max(0, int(expected_bytes)), max(0, int(ranges))
         self._buffer: list[pa.Table] = []
         self._buffered = 0
         self._runs: list[_Run] = []
         self._dir: str | None = None
         self._tag = hashlib.blake2b(name.encode(), digest_size=8).hexdigest() if name else ""
         if self._tag:
-            self._remove_stale()
+            self._remove_stale()  # before the check: what a killed attempt left is room
+        if self.expected_bytes:
+            self._check_room()
         self._made = 0
         self.peak_buffered = 0  # the most bytes the buffer held (a task's share of memory)
         self.spilled_bytes = 0
@@ -133,6 +148,30 @@ class RangeSpill:
             self._dir = tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}.", dir=root)
         return self._dir
 
+    def _fix(self, room: int) -> int | None:
+        """The fewest reduce tasks whose spills fit ``room`` on this node (None if unknown)."""
+        if not (self.expected_bytes and self.ranges):
+            return None
+        return node_space.reduce_tasks_needed(self.expected_bytes * self.ranges, node_space.node_cpus(), room,
+                                              self.budget, MAX_RUNS, at_least=self.ranges + 1)
+
+    def _check_room(self) -> None:
+        """Room for this node's reduce tasks at once (``node_space``'s bound), each spilling about
+        ``expected_bytes``: other tasks' live spills count in the bound, so they are added to the
+        free space rather than taken from it."""
+        cpus = node_space.node_cpus()
+        tasks = min(self.ranges, cpus) if self.ranges else cpus
+        task = node_space.task_spill_bytes(self.expected_bytes, self.budget, MAX_RUNS)
+        root = spill_root()
+        room = node_space.spill_room(root)
+        if tasks * task > room:
+            raise node_space.no_room(root, need=tasks * task, why=node_space.at_once(tasks, task), room=room,
+                                     reduce_tasks=self._fix(room))
+
+    def _run_does_not_fit(self, folder: str, size: int, free: int) -> SpillSpaceError:
+        return node_space.no_room(folder, need=size, why="a reduce task's next run", room=free,
+                                  reduce_tasks=self._fix(node_space.spill_room(spill_root())))
+
     def _remove_stale(self) -> None:
         """Remove this range's folders left by processes no longer alive (a killed attempt): they
         are named ``<tag>.<pid>.<random>``; a live one (another read of the same range, in this
@@ -154,20 +193,33 @@ class RangeSpill:
             except PermissionError:  # alive, another user's
                 pass
 
-    def _write_run(self, schema: pa.Schema, counts: np.ndarray, rows_of, level: int = 0) -> None:
-        path = os.path.join(self._folder(), f"run-{self._made:06d}.arrow")
-        self._made += 1
-        with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
-            for i in np.flatnonzero(counts):
-                writer.write_batch(rows_of(int(i)).combine_chunks().to_batches()[0])
-        self._runs.append(_Run(path, counts, schema, level))
+    def _write_run(self, schema: pa.Schema, counts: np.ndarray, rows_of, size: int, level: int = 0) -> None:
+        """Write a run of about ``size`` bytes: refused before it starts if the disk has not that
+        much free, and a write that still finds the disk full (another process filled it) raises
+        the same error; the partial file goes with the folder when the spill closes."""
+        free = node_space.free_bytes(self._dir or spill_root())
+        if size > free:
+            raise self._run_does_not_fit(self._dir or spill_root(), size, free)
+        try:
+            path = os.path.join(self._folder(), f"run-{self._made:06d}.arrow")
+            self._made += 1
+            with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
+                for i in np.flatnonzero(counts):
+                    writer.write_batch(rows_of(int(i)).combine_chunks().to_batches()[0])
+            self._runs.append(_Run(path, counts, schema, level))
+        except OSError as exc:
+            if not node_space.is_disk_full(exc):
+                raise
+            folder = self._dir or spill_root()
+            raise self._run_does_not_fit(folder, size, node_space.free_bytes(folder)) from exc
         self.spilled_bytes += os.path.getsize(path)
 
     def _spill(self) -> None:
+        size = self._buffered
         table, order, counts = self._take_buffer()
         starts = np.concatenate([[0], np.cumsum(counts)])
         self._write_run(table.schema, counts,
-                        lambda i: table.take(pa.array(order[starts[i]:starts[i + 1]])))
+                        lambda i: table.take(pa.array(order[starts[i]:starts[i + 1]])), size)
         del table
         while len(self._runs) >= MAX_RUNS and len({r.level for r in self._runs[-MAX_RUNS:]}) == 1:
             self._merge()
@@ -183,7 +235,8 @@ class RangeSpill:
         def rows_of(i: int) -> pa.Table:
             return pa.Table.from_batches([b for b in (r.rows(i) for r in old) if b is not None])
 
-        self._write_run(old[0].schema, counts, rows_of, level=old[0].level + 1)
+        self._write_run(old[0].schema, counts, rows_of, sum(os.path.getsize(r.path) for r in old),
+                        level=old[0].level + 1)
         for r in old:
             self.spilled_bytes -= os.path.getsize(r.path)
             r.remove()

@@ -10,7 +10,8 @@ prefix, so the driver never holds a whole big folder's listing), right before th
 marker, so a marker never promises an object that is missing or has another size (deleted by a
 lifecycle rule, overwritten by a second writer).
 
-Failures. A stage attempt is retried, from scratch, when it failed for a reason that can pass:
+Failures. A stage attempt is retried (keeping its finished writer blocks: ``pipelines.engine.block_journal``)
+when it failed for a reason that can pass:
 the store stayed unavailable past the storage layer's own retries
 (``storage.StoreUnavailableError``), or Ray lost a worker, a node or an object (a node that
 died, a worker killed for memory). Anything else (bad config, a permanent store error such as a

@@ -9,14 +9,16 @@ the stage's folder, where the stage wrote it; ``pipelines.schema.rejected``). Wr
 after it, the new one whole.
 
 Then the folders (and format 3's rejected-part lists) that neither the new manifest nor the one
-it replaced names are deleted, so a reader that loaded the previous manifest a moment ago can still finish
+it replaced names are deleted (a kept quarantine folder loses only what no kept manifest lists,
+found a bounded slice of names at a time: ``quarantine_listings``), so a reader that loaded the previous manifest a moment ago can still finish
 reading its files, and stage caches of other keys (earlier configs) go too unless ``keep_cache``. A kill during the
 clean-up leaves garbage that the next publish removes, never a corpus that is missing files.
 """
 from __future__ import annotations
 
+import itertools
 import logging
-from typing import Any, Protocol
+from typing import Any, Iterator, Protocol
 
 from common import storage
 from pipelines import schema
@@ -138,6 +140,30 @@ def _stage_of(top: str, name: str) -> str:
     return {schema.TOKENIZER_DIR: f"tokenizer-{name}", schema.SHARDS_DIR: f"shard-{name}"}.get(top, name)
 
 
+# Names per listing of a quarantine folder on a store that lists by prefix: a listing's entries
+# are held at once (~1.3 KB each in s3fs), so a folder of 300,000 parts is swept in slices.
+SWEEP_GROUP = 10_000
+HEX = "0123456789abcdef"
+
+
+def quarantine_listings(folder: str, parts: int, limit: int = SWEEP_GROUP) -> Iterator[list[str]]:
+    """The names in quarantine ``folder`` (of about ``parts`` parts), a slice at a time: where the
+    store lists by key prefix, one listing per prefix ``part-<h>`` over every ``h`` of ``d`` hex
+    digits (part names are ``part-<hex>``, ``parts.part_name``; ``d`` the fewest giving slices of
+    about ``limit``) and one for the stage lists (``_parts-``); names of another shape, which no
+    writer gives, are not seen there. Elsewhere (a local folder: names from the kernel, no
+    per-entry store record) one listing."""
+    if not storage.lists_by_prefix(folder):
+        yield storage.listdir(folder)
+        return
+    digits = 0
+    while parts > limit * len(HEX) ** digits:
+        digits += 1
+    yield list(storage.list_sizes(folder, "_parts-"))
+    for h in itertools.product(HEX, repeat=digits):
+        yield list(storage.list_sizes(folder, "part-" + "".join(h)))
+
+
 def collect_garbage(build: CorpusBuild, keep: list[schema.Manifest]) -> list[str]:
     """Delete what no manifest in ``keep`` references; returns the deleted locations."""
     folders = set().union(*(m.referenced_folders() for m in keep))
@@ -160,15 +186,16 @@ def collect_garbage(build: CorpusBuild, keep: list[schema.Manifest]) -> list[str
                 removed.append(rel)
             elif top == schema.REJECTED_DIR:  # what a killed attempt left beside the listed parts
                 try:
-                    listed = {r.path for m in keep for r in schema.read_rejected(build.out, m, folder=rel)}
+                    listed = {r.path for m in keep for r in schema.read_rejected(build.out, m, folder=rel)}  # this folder's only
                 except ValueError as exc:  # the corpus is committed: keep the folder whole, say why
                     log.warning("not sweeping %s: %s", rel, exc)
                     continue
-                for part in storage.listdir(storage.join(build.out, rel)):
-                    path = f"{rel}/{part}"
-                    if path not in listed and (not schema.is_list_name(part) or path not in stage_lists):
-                        storage.remove(storage.join(build.out, rel, part))
-                        removed.append(path)
+                for names in quarantine_listings(storage.join(build.out, rel), len(listed)):
+                    for part in sorted(names):
+                        path = f"{rel}/{part}"
+                        if path not in listed and (not schema.is_list_name(part) or path not in stage_lists):
+                            storage.remove(storage.join(build.out, rel, part))
+                            removed.append(path)
     if not build.keep_cache:
         current = {f"{name}-{key}" for name, key in build.keys.items()}
         for name in storage.listdir(build.work):

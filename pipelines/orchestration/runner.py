@@ -18,9 +18,15 @@ attempt are never read. On an object store nothing is renamed; the marker, one a
 the commit.
 
 Retries. An attempt that fails for a reason that can pass (the store unavailable past the
-storage layer's own retries, a lost Ray node or worker: ``checks.transient``) is discarded, its
-folder emptied, and the stage runs again, up to ``attempts`` times in all; any other failure
-(a config error, a permanent store error such as a 403) is raised at once.
+storage layer's own retries, a lost Ray node or worker: ``checks.transient``) is followed by
+another, up to ``attempts`` times in all; any other failure (a config error, a permanent store
+error such as a 403) is raised at once. The retry keeps what the failed attempt finished: every
+writer block it completed is journalled in ``.work/s-k/journal/`` (``pipelines.engine.block_journal``)
+and is not read or written again, so a late failure costs the unfinished blocks, not the stage;
+its scratch (``work/``: shuffle files) is emptied and a shuffle inside the stage is redone. Parts
+are named by their rows, so the blocks run again rewrite the same objects, and the record lists
+each part once. The journal is removed with the scratch once the stage's outputs are written; a
+run that starts a stage afresh (no marker) empties its folder, journal included.
 
 Planning. A stage runs when it has no marker, or when a stage that must run needs its data and
 that data was pruned. Pruning: once every consumer of a stage has finished, its data parts are
@@ -49,6 +55,7 @@ from common import storage
 from common.hashing import digest
 from pipelines import schema
 from pipelines.corpus_job import CorpusJob
+from pipelines.engine import block_journal
 from pipelines.engine.part_list import PartList, StoredParts
 from pipelines.ingest import Sources, resolve_sources
 from pipelines.orchestration.checks import check_outputs, expected_outputs, transient, unwrapped
@@ -58,6 +65,7 @@ from pipelines.orchestration.stages import (CODE_VERSION, FILES_LIST, LIBRARIES,
 
 log = logging.getLogger("pipelines.orchestration.runner")
 SUCCESS = "_SUCCESS"
+JOURNAL = "journal"  # a stage attempt's finished writer blocks (pipelines.engine.block_journal)
 # Attempts per stage when an attempt fails for a reason that can pass (engine.checks.transient).
 STAGE_ATTEMPTS = 3
 
@@ -173,14 +181,19 @@ class CorpusBuild:
         run = StageRun(stage=stage, key=key, cfg=self.cfg, corpus=self.out, cache=self.cache(name),
                        sources=self.sources, inputs=inputs, cache_of=self.cache)
         start = time.perf_counter()
+        journal = storage.join(self.cache(name), JOURNAL)
         for attempt in range(1, self.attempts + 1):
             self._results.pop(name, None)
             try:
-                storage.remove(self.cache(name), recursive=True)  # a killed or failed attempt's leftovers
-                with Progress(run, attempt=attempt):  # a start line, then one per EVERY seconds
+                if attempt == 1:  # a killed run's leftovers: its journal is not trusted across runs
+                    storage.remove(self.cache(name), recursive=True)
+                else:  # a failed attempt's finished blocks stay (journalled); its scratch goes
+                    storage.remove(run.work, recursive=True)
+                with Progress(run, attempt=attempt), block_journal.stage(journal, key, resume=attempt > 1):
                     record = stage.run(run)
                 storage.remove(run.work, recursive=True)  # the attempt's scratch (shuffles, samples)
                 check_outputs(expected_outputs(self.out, run.cache, run.rejected, record))
+                storage.remove(journal, recursive=True)  # checked: nothing left for a retry to skip
                 break
             except Exception as exc:
                 if attempt == self.attempts or not transient(exc):
@@ -189,8 +202,8 @@ class CorpusBuild:
                         raise
                     raise original from None
                 original = unwrapped(exc)
-                log.warning("stage %s failed (attempt %d of %d): %s: %s; its partial outputs are discarded "
-                            "and it runs again", name, attempt, self.attempts, type(original).__name__,
+                log.warning("stage %s failed (attempt %d of %d): %s: %s; it runs again, keeping the blocks "
+                            "it finished", name, attempt, self.attempts, type(original).__name__,
                             (str(original).splitlines() or [""])[0])
         seconds = time.perf_counter() - start
         stats = with_rates(record.get("stats", {}), seconds)

@@ -102,3 +102,28 @@ def test_a_one_rank_group_takes_another_port_when_its_own_was_taken(monkeypatch)
         taken.close()
         os.environ.clear()
         os.environ.update(saved)
+
+
+class _Unsendable(Exception):
+    """An exception whose constructor takes two arguments: pickling keeps one (its message)."""
+
+    def __init__(self, where: str, why: str):
+        super().__init__(f"{where}: {why}")
+
+
+def test_an_error_rank0_broadcasts_survives_the_pickle_or_becomes_one_that_does():
+    """``on_rank0`` sends rank 0's error to every rank (``electra.shared_plan``: rank 0's failed
+    resolve): one that cannot be unpickled would fail there, on a rank waiting for the answer;
+    it is sent as a ``RuntimeError`` naming its type and message instead. Others go as they are."""
+    import pickle
+
+    from electra import distributed as D
+    from electra.corpus import CorruptShardError
+
+    with pytest.raises(TypeError):  # the premise: this one does not survive the round trip
+        pickle.loads(pickle.dumps(_Unsendable("s3://b/c", "gone")))
+    sent = D.portable(_Unsendable("s3://b/c", "gone"))
+    assert type(sent) is RuntimeError and str(sent) == "_Unsendable: s3://b/c: gone"
+    assert pickle.loads(pickle.dumps(sent)).args == sent.args
+    kept = CorruptShardError("s3://b/c/shards/train-000001.tar: missing")
+    assert D.portable(kept) is kept

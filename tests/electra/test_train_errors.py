@@ -29,10 +29,25 @@ def train(*args, timeout=60, env=None):
                           text=True, timeout=timeout)
 
 
-def one_line_error(p) -> str:
+def train_ranks(*args, world=2, timeout=300):
+    """``train(*args)`` as ranks 0..world-1 of one launch (the launcher's variables), run at once."""
+    from electra.distributed import free_port
+
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "HOME": str(Path.home()),
+           "WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+    procs = [subprocess.Popen([sys.executable, "-c", PROBE, *args], cwd=REPO, text=True, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, env={**env, "RANK": str(r), "LOCAL_RANK": str(r)})
+             for r in range(world)]
+    outs = [p.communicate(timeout=timeout) for p in procs]
+    return [subprocess.CompletedProcess(p.args, p.returncode, out, err) for p, (out, err) in zip(procs, outs)]
+
+
+def one_line_error(p, *, started: bool = False) -> str:
+    """The one error line of ``p``; unless ``started`` (an error of several ranks' corpus, which
+    rank 0 hands to the others over the process group), found before any distributed start-up."""
     assert p.returncode == 2, p.stderr[-2000:]
     assert "Traceback" not in p.stderr, p.stderr[-2000:]
-    assert "deepspeed imported: False" in p.stdout  # exit before any distributed start-up
+    assert started or "deepspeed imported: False" in p.stdout  # exit before any distributed start-up
     errors = [line for line in p.stderr.splitlines() if "error:" in line]
     assert len(errors) == 1, p.stderr
     return errors[0]
@@ -135,16 +150,27 @@ def test_a_corpus_smaller_than_one_global_batch_is_one_line_naming_the_batch_it_
     assert line == (f"electra-train: error: --data {small}: 5 train examples cannot fill one global batch of 16 "
                     "(train.global_batch_size); the largest global batch it fills is 5: train with "
                     "--global-batch-size 5, or on more text")
-    # as rank 0 of 2 (the shard listing waits for the process group there; the manifests do not)
-    line = one_line_error(train("--config", "tiny", "--data", str(small), "--out", str(tmp_path / "r"),
-                                env={"RANK": "0", "WORLD_SIZE": "2"}))
-    assert "5 train examples cannot fill one global batch of 16" in line and line.endswith(
-        "the largest global batch it fills on 2 ranks is 4: train with --global-batch-size 4, or on more text")
     other = write_tiny_corpus(tmp_path / "other", seq_len=32, train_shards=(4,), validation_shards=(1,),
                               tokenizer_from=small)
     line = one_line_error(train("--config", "tiny", "--data", str(small), "--data", str(other), "--set",
                                 "data.weights=[1,3]", "--out", str(tmp_path / "r")))
     assert line.startswith(f"electra-train: error: --data {small}, {other}: 9 train examples cannot fill")
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.slow
+def test_on_two_ranks_rank0s_corpus_error_reaches_the_other_rank_as_one_line(tmp_path):
+    """Rank 0 alone reads the corpus; its error reaches rank 1 once the process group exists
+    (electra.shared_plan), or rank 1 would wait for it in the rendezvous: both stop, rank 0
+    says it in one line, rank 1 says nothing."""
+    small = write_tiny_corpus(tmp_path / "small", seq_len=32, train_shards=(3, 2), validation_shards=(1,))
+    zero, one = train_ranks("--config", "tiny", "--data", str(small), "--out", str(tmp_path / "r"))
+    line = one_line_error(zero, started=True)
+    assert "5 train examples cannot fill one global batch of 16" in line and line.endswith(
+        "the largest global batch it fills on 2 ranks is 4: train with --global-batch-size 4, or on more text")
+    assert one.returncode == 2 and "Traceback" not in one.stderr and "error:" not in one.stderr, one.stderr[-2000:]
+    # rank 1 did not read the corpus and stop on its own: it heard of the error in the process group
+    assert "deepspeed imported: True" in one.stdout, one.stdout
     assert not (tmp_path / "r").exists()
 
 

@@ -1,7 +1,8 @@
-"""Training start-up's store traffic (electra/pretrain_plan.py, electra/corpus_set.py): the
-shard check lists each shard folder once for both splits, runs on rank 0 only when there are
-several ranks, and every other rank takes rank 0's answer; the requests are counted by a proxy
-in front of a real S3 server (moto)."""
+"""Training start-up's store traffic (electra/pretrain_plan.py, electra/corpus_set.py,
+electra/shared_plan.py): the shard check lists each shard folder once for both splits; with
+several ranks only rank 0 reads the corpus (manifest, tokenizer, listing) and every other rank
+takes rank 0's plan, or its error, without a request of its own; the requests are counted by
+proxies in front of a real S3 server (moto)."""
 from __future__ import annotations
 
 import re
@@ -78,14 +79,17 @@ def test_a_single_process_checks_in_resolve_once(remote, tmp_path, monkeypatch):
 RANK_SCRIPT = """
 import json, os, sys
 import torch.distributed as dist
-from electra import distributed as D
 from electra.pretrain_job import PretrainJob
-from electra.pretrain_plan import resolve
-plan = resolve(PretrainJob("tiny", sys.argv[1], sys.argv[2]), world_size=2, precision="fp32")
-dist.init_process_group("gloo", rank=int(os.environ["RANK"]), world_size=2)
+from electra.shared_plan import resolve_rank, share
+rank = int(os.environ["RANK"])
+resolved = resolve_rank(PretrainJob("tiny", sys.argv[1], sys.argv[2]), rank=rank, world_size=2, precision="fp32")
+dist.init_process_group("gloo", rank=rank, world_size=2)
 try:
-    check = D.on_rank0(plan.check_shards)
-    out = {"train": [s.uri for s in check.train], "validation": [s.uri for s in check.validation]}
+    plan = share(resolved)
+    out = {"rank": plan.rank, "train": [s.uri for s in plan.train_shards],
+           "validation": [s.uri for s in plan.validation_shards], "seq_len": plan.cfg.seq_len,
+           "vocab_size": plan.cfg.model.vocab_size, "manifest_sha256": plan.corpus.manifest_sha256,
+           "global_batch": plan.geometry.global_batch}
 except Exception as exc:
     out = {"error": type(exc).__name__, "message": str(exc)}
 print("RESULT " + json.dumps(out), flush=True)
@@ -93,8 +97,10 @@ dist.destroy_process_group()
 """
 
 
-def two_ranks(loc: str, run_dir, proxy) -> list[dict]:
-    """Two processes in a gloo group run resolve, then the shard check through on_rank0."""
+def two_ranks(loc: str, run_dir, proxies) -> list[dict]:
+    """Two processes in a gloo group resolve as the runner does (``resolve_rank``), then take rank
+    0's plan (``share``); rank r talks to the store through ``proxies[r]``, so each rank's requests
+    are counted apart."""
     import json
     import os
     import subprocess
@@ -105,29 +111,79 @@ def two_ranks(loc: str, run_dir, proxy) -> list[dict]:
 
     repo = Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": str(repo), "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
-           "MASTER_PORT": str(free_port()), "AWS_ENDPOINT_URL": proxy.endpoint}
+           "MASTER_PORT": str(free_port())}
     procs = [subprocess.Popen([sys.executable, "-c", RANK_SCRIPT, loc, str(run_dir)], cwd=str(repo),
-                              env={**env, "RANK": str(rank)}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True) for rank in range(2)]
+                              env={**env, "RANK": str(rank), "AWS_ENDPOINT_URL": proxies[rank].endpoint},
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for rank in range(2)]
     outputs = [p.communicate(timeout=300)[0] for p in procs]
     assert all(p.returncode == 0 for p in procs), outputs
     return [json.loads(next(ln for ln in out.splitlines() if ln.startswith("RESULT "))[7:]) for out in outputs]
 
 
-def test_two_ranks_list_once_and_share_the_answer_or_the_error(remote, tmp_path):
+@pytest.fixture
+def rank1_proxy(s3_server):
+    """A second counting proxy in front of the same server, for rank 1's requests alone."""
+    from tests._s3proxy import S3Proxy
+
+    proxy = S3Proxy(s3_server.endpoint)
+    proxy.start()
+    yield proxy
+    proxy.stop()
+
+
+def test_two_ranks_read_the_corpus_once_and_share_rank0s_plan_or_its_error(remote, rank1_proxy, tmp_path):
     from common import storage
 
     loc, proxy = remote
-    first, second = two_ranks(loc, tmp_path / "run", proxy)
-    assert "error" not in first and first == second and len(first["train"]) == 3
-    assert len(listings(proxy)) == 1
-    storage.remove(first["train"][1])  # a shard deleted after the build: named alike on both ranks
+    first, second = two_ranks(loc, tmp_path / "run", [proxy, rank1_proxy])
+    # rank 1 made no store request at all: no manifest, no tokenizer, no listing
+    assert rank1_proxy.log == []
+    gets = [path for method, path, _ in proxy.log if method == "GET"]  # rank 0's: manifest, tokenizer, listing
+    assert len(listings(proxy)) == 1 and sum(p.endswith("/manifest.json") for p in gets) == 1, proxy.log
+    # the same plan on both ranks, each with its own rank, as one process finds it on its own
     proxy.log.clear()
-    results = two_ranks(loc, tmp_path / "run", proxy)
+    corpora = open_corpora([loc])
+    check = corpora.check(skip_corrupt=False)
+    expect = {"train": [s.uri for s in check.train], "validation": [s.uri for s in check.validation],
+              "seq_len": corpora.manifest.seq_len, "vocab_size": corpora.vocab_size,
+              "manifest_sha256": corpora.manifest_sha256, "global_batch": 16}
+    assert first == {**expect, "rank": 0} and second == {**expect, "rank": 1}
+    assert len(first["train"]) == 3
+    # rank 0's resolve fails (a shard deleted after the build): it still joins the group, and both
+    # ranks stop with the same error, rank 1 still without a request
+    storage.remove(first["train"][1])
+    proxy.log.clear()
+    results = two_ranks(loc, tmp_path / "run", [proxy, rank1_proxy])
     assert [r.get("error") for r in results] == ["CorruptShardError"] * 2
     assert results[0]["message"] == results[1]["message"] and first["train"][1] in results[0]["message"]
+    assert rank1_proxy.log == []
     seen = len(listings(proxy))
     proxy.log.clear()  # what one process's check lists (a missing shard is also asked for by name)
     with pytest.raises(Exception, match="missing"):
         open_corpora([loc]).check(skip_corrupt=False)
     assert seen == len(listings(proxy)) >= 1
+
+
+def test_a_rank_other_than_0_resolves_without_the_corpus_but_finds_the_config_errors(remote, tmp_path):
+    """Before the process group a rank other than 0 reads nothing of the corpus (rank 0 reads it,
+    and its errors, such as a missing corpus, reach the others through ``share``); the errors of
+    the run directory and the config it finds itself, as rank 0 does."""
+    from common.config import ConfigError
+    from electra.shared_plan import resolve_rank
+
+    loc, proxy = remote
+    resolved = resolve_rank(PretrainJob("tiny", loc + "-nowhere", str(tmp_path / "run")), rank=1, world_size=2,
+                            precision="fp32")
+    assert proxy.log == [] and resolved.plan is None and resolved.held is None
+    assert (resolved.settled.geometry.global_batch, resolved.settled.geometry.world_size) == (16, 2)
+    held = resolve_rank(PretrainJob("tiny", loc + "-nowhere", str(tmp_path / "run")), rank=0, world_size=2,
+                        precision="fp32").held  # rank 0's, held for the broadcast: not raised
+    assert isinstance(held, FileNotFoundError) and "-nowhere/manifest.json" in str(held)
+    for rank in (0, 1):
+        proxy.log.clear()
+        with pytest.raises(ConfigError, match="cannot be split over 3 ranks"):
+            resolve_rank(PretrainJob("tiny", loc, str(tmp_path / "run")), rank=rank, world_size=3, precision="fp32")
+        with pytest.raises(ConfigError, match="unknown key 'max_step'"):
+            resolve_rank(PretrainJob("tiny", loc, str(tmp_path / "run"), ["train.max_step=3"]), rank=rank,
+                         world_size=2, precision="fp32")
+        assert proxy.log == []  # found before the corpus, on either rank

@@ -129,5 +129,8 @@ def test_build_finishes_after_losing_a_worker_node_mid_stage(setting, doomed_clu
     assert len(remote[0]) == len(local[0]) and remote[0] == local[0]
     manifest = schema.Manifest.load(out)
     assert manifest.stats["summary"] == schema.Manifest.load(setting["local"]).stats["summary"]
-    Path(doomed_cluster["ray_temp"], "stage_attempts.json").write_text(json.dumps(
-        {name: manifest.stats[name].get("attempts") for name in ("exact_dedup", "near_dedup", "pack", "shard")}))
+    attempts = {name: manifest.stats[name].get("attempts") for name in ("exact_dedup", "near_dedup", "pack", "shard")}
+    Path(doomed_cluster["ray_temp"], "stage_attempts.json").write_text(json.dumps(attempts))
+    # Ray's task retries and lineage reconstruction absorbed the loss: the runner never threw the
+    # stage's finished work away to run it again (benchmarks/node_loss.py counts what was redone).
+    assert attempts["exact_dedup"] == 1, attempts

@@ -17,6 +17,13 @@ as its module is imported; what the wrapper does depends on ``NODE_LOSS_ROLE``:
   function in at least ``NTH + 1`` tasks. ``NODE_LOSS_WAIT_S`` bounds the wait (a safety net for a
   stage with one such task: the build then goes on, no node dies, and the test says so).
 
+Counting (``benchmarks/node_loss.py``): with ``NODE_LOSS_COUNT=<file>`` every call of each
+function in ``NODE_LOSS_COUNT_AT`` (``module:qualname`` separated by commas; Ray Data's
+``_map_task`` and our shuffle's map writers count the Ray tasks a build runs) appends one line
+``<role> <module:qualname>`` to that file (one ``O_APPEND`` write: lines from several processes
+never interleave), before the call runs: a task killed in flight is counted. Role ``count``
+only counts (a build without a kill).
+
 The product has no fault-injection code; a chosen call replaces racing a kill against a clock.
 """
 from __future__ import annotations
@@ -28,6 +35,8 @@ _AT = os.environ.get("NODE_LOSS_AT", "")
 _ROLE = os.environ.get("NODE_LOSS_ROLE", "")
 _MARKER = os.environ.get("NODE_LOSS_MARKER", "")
 _NTH = int(os.environ.get("NODE_LOSS_NTH", "1"))
+_COUNT = os.environ.get("NODE_LOSS_COUNT", "")
+_COUNT_AT = [t for t in os.environ.get("NODE_LOSS_COUNT_AT", "").split(",") if t] if _COUNT else []
 
 
 def _raylet_pid() -> int:
@@ -87,12 +96,17 @@ def _wait_for_kill() -> None:
         os.close(fd)
 
 
-def _wrap(module) -> None:
-    import functools
-
-    owner, *path, name = [module, *_AT.split(":", 1)[1].split(".")]
+def _target(module, at: str):
+    owner, *path, name = [module, *at.split(":", 1)[1].split(".")]
     for part in path:
         owner = getattr(owner, part)
+    return owner, name
+
+
+def _wrap_kill(module) -> None:
+    import functools
+
+    owner, name = _target(module, _AT)
     fn = getattr(owner, name)
 
     @functools.wraps(fn)
@@ -106,14 +120,36 @@ def _wrap(module) -> None:
     setattr(owner, name, wrapper)
 
 
-class _WrapOnImport:
-    """A meta-path finder that lets the other finders load the target module, then wraps it."""
+def _wrap_count(module, at: str) -> None:
+    import functools
 
-    def __init__(self, module: str):
-        self.module = module
+    owner, name = _target(module, at)
+    fn = getattr(owner, name, None)
+    if fn is None:  # a name this version of the code does not have: nothing to count
+        return
+    line = f"{_ROLE} {at}\n".encode()
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        fd = os.open(_COUNT, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line)
+        finally:
+            os.close(fd)
+        return fn(*args, **kwargs)
+
+    setattr(owner, name, wrapper)
+
+
+class _WrapOnImport:
+    """A meta-path finder that lets the other finders load the target modules, then wraps their
+    functions (``wraps``: module name -> functions taking the module)."""
+
+    def __init__(self, wraps: dict):
+        self.wraps = wraps
 
     def find_spec(self, name, path=None, target=None):
-        if name != self.module:
+        if name not in self.wraps:
             return None
         for finder in sys.meta_path:
             if finder is self or not hasattr(finder, "find_spec"):
@@ -123,16 +159,30 @@ class _WrapOnImport:
                 break
         else:
             return None
-        sys.meta_path.remove(self)
+        actions = self.wraps.pop(name)
+        if not self.wraps:
+            sys.meta_path.remove(self)
         exec_module = spec.loader.exec_module
 
         def exec_and_wrap(module):
             exec_module(module)
-            _wrap(module)
+            for act in actions:
+                act(module)
 
         spec.loader.exec_module = exec_and_wrap
         return spec
 
 
-if _AT and _MARKER and _ROLE in ("kill", "wait"):
-    sys.meta_path.insert(0, _WrapOnImport(_AT.split(":", 1)[0]))
+def _install() -> None:
+    import functools
+
+    wraps: dict = {}
+    if _AT and _MARKER and _ROLE in ("kill", "wait"):
+        wraps.setdefault(_AT.split(":", 1)[0], []).append(_wrap_kill)
+    for at in _COUNT_AT:
+        wraps.setdefault(at.split(":", 1)[0], []).append(functools.partial(_wrap_count, at=at))
+    if wraps:
+        sys.meta_path.insert(0, _WrapOnImport(wraps))
+
+
+_install()

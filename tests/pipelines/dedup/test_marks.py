@@ -24,7 +24,8 @@ def _pairs(ray, n: int, num_files: int, seed: int = 3):
 @pytest.mark.parametrize("ranges", [None, 1, 3])
 def test_each_part_gets_exactly_its_marks_in_one_object(ray_local, tmp_path, monkeypatch, ranges):
     ds, u, v, file = _pairs(ray_local, 600, 7)
-    marks = mk.build_marks(ds, num_files=7, folder=str(tmp_path / "m"), name="t", file_bytes=4 << 10, ranges=ranges)
+    marks = mk.build_marks(ds, num_files=7, folder=str(tmp_path / "m"), name="t", file_bytes=4 << 10, ranges=ranges,
+                           slice_bytes=1)
     assert marks.count == 600 and marks.stats["map_files"] > 1
     assert marks.parts.tolist() == sorted(set(file.tolist())) and 2 not in marks.parts
     assert not (tmp_path / "m" / "map").exists()  # the shuffle's map files are gone once the objects exist
@@ -90,7 +91,8 @@ def test_a_parts_object_does_not_depend_on_the_order_its_marks_arrive_in(ray_loc
         return marks, {int(p): storage.read_bytes(marks.uri(int(p))) for p in marks.parts}
 
     first, a = objects(np.arange(n), "a", blocks=1, file_bytes=1 << 20, ranges=1)
-    second, b = objects(rng.permutation(n), "b", blocks=6, file_bytes=2 << 10, ranges=3, memory_bytes=256)
+    second, b = objects(rng.permutation(n), "b", blocks=6, file_bytes=2 << 10, ranges=3, memory_bytes=256,
+                        slice_bytes=1)
     assert first.stats["map_files"] == 1 and second.stats["map_files"] > 3  # shuffled differently
     assert sorted(a) == sorted(b) == sorted(set(file.tolist()))
     assert a == b

@@ -23,7 +23,7 @@ def _side(ray, n: int, seed: int, folder: str, *, partitions: int = P, ranges: i
         keys, part = keys[np.isin(part, only)], part[np.isin(part, only)]
     rows = [{"k": int(k), "v": seed * 10_000 + i, sh.PART: int(p)} for i, (k, p) in enumerate(zip(keys, part))]
     ds = ray.data.from_items(rows, override_num_blocks=3)
-    return sh.shuffle(ds, partitions=partitions, folder=folder, file_bytes=4 << 10, ranges=ranges)
+    return sh.shuffle(ds, partitions=partitions, folder=folder, file_bytes=4 << 10, ranges=ranges, slice_bytes=1)
 
 
 def _pairs(left: pa.Table | None, right: pa.Table | None) -> dict:

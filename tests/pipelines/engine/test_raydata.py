@@ -24,26 +24,18 @@ def test_data_context_settings(ray_local):
 
 
 def test_read_tasks_go_into_a_bounded_number_of_blocks(ray_local):
-    """The driver's share follows the blocks: their number follows the CPUs, and the data only up
-    to a cap."""
+    """One block per read task up to a fixed number, each block a share of large and small tasks."""
     import pyarrow as pa
 
-    from pipelines.engine.raydata import (MAX_DATA_BLOCKS, MIN_TASK_BLOCKS, TASK_BLOCKS_PER_CPU, TASKS_PER_BLOCK,
-                                          task_blocks, task_table, tasks_of)
+    from pipelines.engine.raydata import MAX_TASK_BLOCKS, task_blocks, task_table, tasks_of
 
-    # the cases below assume them
-    assert (MIN_TASK_BLOCKS, TASK_BLOCKS_PER_CPU, TASKS_PER_BLOCK, MAX_DATA_BLOCKS) == (16, 4, 32, 1024)
-    for n, cpus, blocks in [(5, 2, 5), (16, 2, 16), (300, 2, 16), (1000, 2, 32),  # ceil(1000 / 32)
-                            (1000, 64, 64 * 4), (100, 64, 100), (20_000, 2, 625)]:
-        assert task_blocks(n, cpus=cpus) == blocks
-        ds = task_table(pa.table({"i": list(range(n))}), cpus=cpus)
-        assert ds.num_blocks() == blocks
+    for n, blocks, k in [(5, None, 5), (300, None, 300), (1000, 16, 16), (20, 64, 20), (0, None, 1)]:
+        ds = task_table(pa.table({"i": list(range(n))}), blocks=blocks)
+        assert ds.num_blocks() == k
         got = [[row["i"] for row in tasks_of(block)]
                for block in ds.iter_batches(batch_size=None, batch_format="pyarrow")]
         assert sorted(i for b in got for i in b) == list(range(n))  # every task once
-        if n > blocks:  # block b holds tasks b, b + k, ...: large (first) and small ones mixed
-            assert sorted(got, key=lambda b: b[0]) == [list(range(b, n, blocks)) for b in range(blocks)]
-    # the data's floor stops at the cap (10 TB is ~300,000 read tasks); a big cluster's CPUs do not
-    assert task_blocks(32 * 1024, cpus=2) == task_blocks(300_000, cpus=2) == task_blocks(10**9, cpus=0) == 1024
-    assert task_blocks(300_000, cpus=1024) == 4096 and task_blocks(0, cpus=2) == 1
-    assert task_table(pa.table({"i": [0]})).num_blocks() == 1  # the CPUs of the running cluster by default
+        if n > k:  # block b holds tasks b, b + k, ...: large (first) and small ones mixed
+            assert sorted(got, key=lambda b: b[0]) == [list(range(b, n, k)) for b in range(k)]
+    assert [task_blocks(n) for n in (0, 1, 5000)] == [1, 1, min(5000, MAX_TASK_BLOCKS)]
+    assert task_blocks(10**9) == MAX_TASK_BLOCKS

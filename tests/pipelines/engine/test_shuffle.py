@@ -33,11 +33,11 @@ def test_hash_partition_is_a_function_of_the_key():
 
 
 def test_default_ranges(monkeypatch):
-    """Two per CPU of the cluster, or one per PARTITIONS_PER_RANGE partitions where fewer; at least
+    """One per CPU of the cluster, or one per PARTITIONS_PER_RANGE partitions where fewer; at least
     MIN_REDUCE_TASKS, at most one per partition; shuffle.reduce_tasks decides when set."""
-    assert (sh.MIN_REDUCE_TASKS, sh.RANGES_PER_CPU, sh.PARTITIONS_PER_RANGE) == (8, 2, 4)
-    for cpus, partitions, want in [(0, 4096, 8), (1, 4096, 8), (4, 4096, 8), (5, 4096, 10), (64, 4096, 128),
-                                   (512, 4096, 1024),  # the cluster's size caps it...
+    assert (sh.MIN_REDUCE_TASKS, sh.RANGES_PER_CPU, sh.PARTITIONS_PER_RANGE) == (8, 1, 4)
+    for cpus, partitions, want in [(0, 4096, 8), (1, 4096, 8), (4, 4096, 8), (10, 4096, 10), (64, 4096, 64),
+                                   (512, 4096, 512),  # the cluster's size caps it...
                                    (512, 600, 150), (512, 40, 10), (512, 33, 9),  # ...or the data does
                                    (64, 20, 8), (64, 6, 6), (2, 1, 1)]:
         monkeypatch.setattr(sh, "_cluster_cpus", lambda cpus=cpus: cpus)
@@ -375,7 +375,7 @@ def _check_files(shuffled: sh.Shuffled, folder: str, ranges: int) -> None:
 
 
 @pytest.mark.parametrize("blocks,file_bytes,ranges,want_ranges", [
-    (1, sh.FILE_BYTES, None, 8),  # one map file; two ranges per CPU of a 2-CPU cluster, at least 8
+    (1, sh.FILE_BYTES, None, 8),  # one map file; a range per CPU of a 2-CPU cluster, at least 8
     (1, 24 << 10, 3, 3),  # one large block cut into several map files
     (12, 8 << 10, 1, 1),  # several map files per block
     (12, sh.FILE_BYTES, PARTS, PARTS),  # a range per partition (and no more: 2 P asks too many)
@@ -385,7 +385,8 @@ def test_every_key_reaches_exactly_one_reduce_call(ray_local, tmp_path, blocks, 
     ds = ray_local.data.range(N, override_num_blocks=blocks).map_batches(
         _keyed, batch_format="numpy", fn_kwargs={"partitions": PARTS})
     folder = str(tmp_path / "s")
-    shuffled = sh.shuffle(ds, partitions=PARTS, folder=folder, file_bytes=file_bytes, ranges=ranges, name="t")
+    shuffled = sh.shuffle(ds, partitions=PARTS, folder=folder, file_bytes=file_bytes, ranges=ranges, name="t",
+                          slice_bytes=1)  # map files of file_bytes, sorted in memory (test_map_task: larger ones)
     assert shuffled.ranges == want_ranges and shuffled.stats["ranges"] == want_ranges
     assert shuffled.stats["blocks_in"] == blocks and shuffled.stats["rows"] == N
     assert shuffled.stats["map_files"] == len(shuffled.files)
@@ -416,7 +417,7 @@ def test_a_damaged_map_file_fails_the_reduce_with_its_name(ray_local, tmp_path):
     ds = ray_local.data.range(2000, override_num_blocks=2).map_batches(
         _keyed, batch_format="numpy", fn_kwargs={"partitions": PARTS})
     folder = str(tmp_path / "s")
-    shuffled = sh.shuffle(ds, partitions=PARTS, folder=folder, file_bytes=8 << 10, ranges=2)
+    shuffled = sh.shuffle(ds, partitions=PARTS, folder=folder, file_bytes=8 << 10, ranges=2, slice_bytes=1)
     victim = shuffled.files[1]
     path = tmp_path / "s" / victim.name
     path.write_bytes(b"\0" * path.stat().st_size)
@@ -439,7 +440,7 @@ def test_group_apply_spilling_inside_ray(ray_local, tmp_path):
         return {"key": keys, "n": counts, "call": np.full(len(keys), uuid.uuid4().hex)}
 
     out_ds, shuffled = sh.group_apply(ds, sizes, key="key", partitions=PARTS, folder=str(tmp_path / "g"),
-                                      file_bytes=16 << 10, ranges=3, memory_bytes=4 << 10)
+                                      file_bytes=16 << 10, ranges=3, memory_bytes=4 << 10, slice_bytes=1)
     out = out_ds.take_all()
     assert shuffled.ranges == 3 and len(shuffled.files) > 4
     want = collections.Counter((np.arange(N) % 997).tolist())
@@ -471,7 +472,7 @@ def test_shuffle_on_s3_reads_ranges(ray_s3):
     parts = 4
     ds = ray.data.range(5000, override_num_blocks=8).map_batches(_keyed, batch_format="numpy",
                                                                 fn_kwargs={"partitions": parts})
-    shuffled = sh.shuffle(ds, partitions=parts, folder=folder, file_bytes=20 << 10, ranges=3)
+    shuffled = sh.shuffle(ds, partitions=parts, folder=folder, file_bytes=20 << 10, ranges=3, slice_bytes=1)
     names = [f.name for f in shuffled.files]
     assert len(names) > 1 and storage.find(folder) == names
     assert all(re.fullmatch(r"[0-9a-f]{2}/map-[0-9a-f]{24}\.arrows", n) for n in names)

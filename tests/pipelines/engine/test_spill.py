@@ -363,3 +363,128 @@ def test_two_live_reads_of_one_range_never_share_a_folder(tmp_path, monkeypatch)
     assert [(p, t.column("k").to_pylist()) for p, t in b.partitions()] == [(1, [100])]
     a.close()
     b.close()
+
+
+# --- room on the spill disk (pipelines.engine.node_space): free space faked through shutil.disk_usage
+
+
+def _free(monkeypatch, free) -> None:
+    """Fake the spill disk's free space: a number, or a function of the folder asked about."""
+    import shutil
+
+    Usage = collections.namedtuple("Usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: Usage(1 << 50, 0, free(path) if callable(free) else free))
+
+
+def test_a_spill_without_room_for_its_nodes_tasks_fails_as_it_starts(tmp_path, monkeypatch):
+    """A node of 4 CPUs, 10 reduce tasks of E bytes each: 4 at once need 4 E; the line names the
+    folder, 4 E, the free space and the fewest reduce tasks that fit (4 x ceil(10 E / N) <= free)."""
+    from pipelines.engine import node_space
+
+    monkeypatch.setenv(sp.SPILL_DIR_ENV, str(tmp_path / "spill"))
+    monkeypatch.setattr(node_space, "node_cpus", lambda: 4)
+    tables = _slices()
+    e = sum(t.nbytes for t in tables)
+    budget = max(t.nbytes for t in tables)  # fewer than MAX_RUNS runs: no merge in the bound
+    assert e // budget < sp.MAX_RUNS
+    free = 3 * e  # less than 4 E
+    _free(monkeypatch, free)
+    with pytest.raises(sp.SpillSpaceError) as caught:
+        sp.RangeSpill(LO, HI, budget=budget, name="s3://b/x#3", expected_bytes=e, ranges=10)
+    fewest = next(n for n in range(11, 1000) if 4 * -(-10 * e // n) <= free)
+    assert fewest == 14  # 4 x 10 E / N <= 3 E: N >= 13.3
+    root = str(tmp_path / "spill" / "electra-spill")
+    assert str(caught.value) == (
+        f"spill folder {root} on node {os.uname().nodename} needs {node_space.human_bytes(4 * e)} (4 reduce tasks "
+        f"at once x {node_space.human_bytes(e)}: a task's range of the shuffle plus its largest merge) but has "
+        f"{node_space.human_bytes(free)} free; set ELECTRA_SPILL_DIR to a folder on a bigger disk, or use more "
+        f"reduce tasks: --set shuffle.reduce_tasks={fewest}")
+    assert not (tmp_path / "spill").exists()  # nothing written
+    # fewer tasks than CPUs: a node runs all 3 at once, 3 E fits; and a spill of unknown size is not checked
+    for kwargs in ({"expected_bytes": e, "ranges": 3}, {}):
+        with sp.RangeSpill(LO, HI, budget=budget, **kwargs) as spill:
+            for t in tables:
+                spill.add(t)
+            assert spill.spilled_bytes > 0 and _drain(spill) == _expected(tables)
+    with pytest.raises(sp.SpillSpaceError, match=r"needs .* \(4 reduce tasks at once .* with a larger N$"):
+        sp.RangeSpill(LO, HI, budget=budget, expected_bytes=e)  # the shuffle's task count unknown: as many as CPUs
+
+
+def test_other_live_spills_on_the_node_count_as_room(tmp_path, monkeypatch):
+    """Runs of a live spill already on the disk are part of the node's bound, not taken from it."""
+    from pipelines.engine import node_space
+
+    monkeypatch.setenv(sp.SPILL_DIR_ENV, str(tmp_path))
+    monkeypatch.setattr(node_space, "node_cpus", lambda: 2)
+    tables = _slices()
+    e = sum(t.nbytes for t in tables)
+    budget = max(t.nbytes for t in tables)  # no merge in the bound
+    free = [e]
+    _free(monkeypatch, lambda path: free[0])  # 2 tasks at once need 2 E
+    with pytest.raises(sp.SpillSpaceError):
+        sp.RangeSpill(LO, HI, budget=budget, expected_bytes=e, ranges=2)
+    free[0] = 1 << 40
+    with sp.RangeSpill(LO, HI, budget=1, name="another range") as other:  # live, this process
+        other.add(pa.table({"k": np.arange(e // 8, dtype=np.int64), PART: np.full(e // 8, LO, np.int32)}))
+        assert other.spilled_bytes >= e
+        free[0] = e  # what is left once the other wrote its run
+        with sp.RangeSpill(LO, HI, budget=budget, expected_bytes=e, ranges=2) as spill:
+            for t in tables:
+                spill.add(t)
+            assert spill.spilled_bytes > 0 and _drain(spill) == _expected(tables)
+
+
+def test_a_disk_that_fills_mid_way_fails_with_the_same_line_before_the_run(tmp_path, monkeypatch):
+    """Free space shrinks by what the spill writes: the run that would not fit is refused before a
+    byte of it is written, with the one line, and the runs already written go when it closes."""
+    monkeypatch.setenv(sp.SPILL_DIR_ENV, str(tmp_path))
+    tables = [t for t in _slices(12, seed=3) if t.num_rows]
+    sizes = [t.nbytes for t in tables]
+    capacity = sum(sizes[:4]) + sizes[4] // 2  # the fifth run does not fit
+    _free(monkeypatch, lambda path: capacity - sum(os.path.getsize(f) for f in _runs(tmp_path)))
+    on_disk = [0]  # bytes of run files after each add that succeeded (a run each: budget 1)
+    with pytest.raises(sp.SpillSpaceError) as caught:
+        with sp.RangeSpill(LO, HI, budget=1, name="s3://b/x#0") as spill:
+            for t in tables:
+                spill.add(t)
+                assert len(_runs(tmp_path)) == len(on_disk)
+                on_disk.append(sum(os.path.getsize(f) for f in _runs(tmp_path)))
+    runs_made = len(on_disk) - 1
+    assert 2 <= runs_made <= 4  # each IPC run file is a little larger than its rows' bytes
+    # refused: the first run whose rows' bytes exceed what is free
+    assert all(sizes[i] <= capacity - on_disk[i] for i in range(runs_made))
+    assert sizes[runs_made] > capacity - on_disk[runs_made]
+    line = str(caught.value)
+    assert line.startswith(f"spill folder {tmp_path}/electra-spill/{_tag('s3://b/x#0')}.{os.getpid()}.")
+    assert f"needs {sp.node_space.human_bytes(sizes[runs_made])} (a reduce task's next run) but has " in line
+    assert line.endswith("set ELECTRA_SPILL_DIR to a folder on a bigger disk, or use more reduce tasks: "
+                         "--set shuffle.reduce_tasks=N with a larger N")
+    assert os.listdir(tmp_path / "electra-spill") == []
+
+
+def test_a_write_that_finds_the_disk_full_raises_the_same_line(tmp_path, monkeypatch):
+    """ENOSPC from Arrow (errno only in its message) or from an index's numpy write becomes the one
+    line; any other OSError passes through as it is."""
+    import errno
+
+    monkeypatch.setenv(sp.SPILL_DIR_ENV, str(tmp_path))
+    monkeypatch.setattr(sp.node_space, "node_cpus", lambda: 1)
+    tables = [t for t in _slices(3) if t.num_rows]
+    arrow_full = OSError("[Errno 28] Error writing bytes to file. Detail: [errno 28] No space left on device")
+    for failure, where in ((arrow_full, "ipc"), (OSError(errno.ENOSPC, "No space left on device"), "save"),
+                           (PermissionError(errno.EACCES, "Permission denied"), "ipc")):
+        def fail(*args, **kwargs):
+            raise failure
+
+        with monkeypatch.context() as m:
+            m.setattr(sp.pa.ipc, "new_file", fail) if where == "ipc" else m.setattr(sp.np, "save", fail)
+            with pytest.raises((OSError, sp.SpillSpaceError)) as caught:
+                with sp.RangeSpill(LO, HI, budget=1, expected_bytes=10, ranges=1) as spill:
+                    spill.add(tables[0])
+        if isinstance(failure, PermissionError):
+            assert caught.value is failure
+        else:
+            assert isinstance(caught.value, sp.SpillSpaceError) and caught.value.__cause__ is failure
+            assert "(a reduce task's next run) but has " in str(caught.value)
+            assert str(caught.value).endswith("--set shuffle.reduce_tasks=2")
+        assert os.listdir(tmp_path / "electra-spill") == []

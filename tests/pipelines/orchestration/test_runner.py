@@ -265,21 +265,25 @@ def test_an_altered_part_list_fails_the_publish_naming_it(raw, clean, tmp_path):
     assert schema.Manifest.load(str(out)).rejected == schema.Manifest.load(str(clean[0])).rejected
 
 
-def test_shards_do_not_depend_on_shuffle_sizes_or_read_blocks(raw, clean, tmp_path, monkeypatch):
+@pytest.mark.parametrize("slice_mb,streamed", [(0.0001, False), (0.002, True)])
+def test_shards_do_not_depend_on_shuffle_sizes_or_read_blocks(raw, clean, tmp_path, monkeypatch, slice_mb, streamed):
     """``shuffle.*`` and the read tasks' grouping change requests and memory, never the corpus:
     tiny map files and partitions, 3 reduce tasks spilling after 1 KB, and every stage read as
-    fewer blocks than tasks give the shards of the default build, byte for byte."""
+    fewer blocks than tasks give the shards of the default build, byte for byte; so do map files
+    of ``reduce_tasks x slice_mb`` sorted through a local spill (``map_task.stream_map_file``)."""
     from pipelines.engine import raydata
 
     out, manifest = clean
-    monkeypatch.setattr(raydata, "MIN_TASK_BLOCKS", 1)
-    monkeypatch.setattr(raydata, "TASK_BLOCKS_PER_CPU", 1)
+    monkeypatch.setattr(raydata, "MAX_TASK_BLOCKS", 2)
     cfg = with_(CFG, shuffle__map_file_mb=0.004, shuffle__partition_mb=0.002, shuffle__reduce_tasks=3,
-                shuffle__task_memory_mb=0.001)
+                shuffle__task_memory_mb=0.001, shuffle__slice_mb=slice_mb)
     other = build(raw, tmp_path / "o", cfg).run()
     assert sorted((s.path, s.sha256) for s in other.shards) == sorted((s.path, s.sha256) for s in manifest.shards)
     near = {s["name"]: s for s in other.stats["near_dedup"]["shuffles"]}
     # the signature shuffle's two halves (band rows, sketches) are read by 3 tasks each
     signatures, buckets = near["lsh_signatures"], near["lsh_buckets"]
     assert signatures["ranges"] == 6 and signatures["map_files"] > 1 and signatures["partitions"] > 16
-    assert buckets["ranges"] == 3 and buckets["map_files"] > 1
+    assert buckets["ranges"] == 3 and (buckets["map_files"] > 1 or streamed)  # streamed: one file of 3 x slice_mb
+    assert signatures["streamed"] is buckets["streamed"] is streamed
+    target = max(int(0.004 * (1 << 20)), 6 * int(slice_mb * (1 << 20)))
+    assert signatures["map_file_target"] == target
