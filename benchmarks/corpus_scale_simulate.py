@@ -189,7 +189,8 @@ def _status(pid: int | str = "self") -> dict[str, int]:
 
 
 def _task_kind(title: str) -> str | None:
-    for needle, kind in (("_write_map_files", "map"), ("_reduce_batch", "reduce"), ("_generate", "generate"),
+    for needle, kind in (("write_map_files", "map"), ("stream_map_file", "map"), ("_reduce_batch", "reduce"),
+                         ("_generate", "generate"),
                          ("IDLE", "idle")):
         if needle in title:
             return kind
@@ -199,7 +200,7 @@ def _task_kind(title: str) -> str | None:
 class MemorySampler:
     """Samples the memory of this process's Ray workers (its descendants titled ``ray::...``) and
     of itself every ``interval`` seconds, and keeps the peak of each part per kind of task the
-    worker was running (its process title: ``ray::_write_map_files``, ``ray::...(_reduce_batch)``,
+    worker was running (its process title: ``ray::write_map_files``, ``ray::...(_reduce_batch)``,
     ...). A sampled peak is a lower bound; ``anon`` is what a task holds privately, without the
     object store's shared pages or the page cache of files it maps, which ``ru_maxrss`` counts."""
 

@@ -23,12 +23,15 @@ process, the shuffles' included.
 """
 from __future__ import annotations
 
+import os
+
 from ray.data._internal.execution.backpressure_policy import ENABLED_BACKPRESSURE_POLICIES
 from ray.data._internal.execution.backpressure_policy.backpressure_policy import BackpressurePolicy
 
 # Tasks in flight per operator. At the driver's cost per task in flight this is a bounded share
-# of its memory; a pass still spreads over this many CPUs of a bigger cluster.
-MAX_TASKS_IN_FLIGHT = 1024
+# of its memory; a pass still spreads over this many CPUs of a bigger cluster. A cluster of more
+# CPUs raises it with ELECTRA_MAX_TASKS_IN_FLIGHT (the driver then holds ~59 KB more per task).
+MAX_TASKS_IN_FLIGHT = int(os.environ.get("ELECTRA_MAX_TASKS_IN_FLIGHT", "") or 1024)
 CONFIG_KEY = "backpressure_policies.enabled"
 
 

@@ -20,15 +20,18 @@ The price is a bigger map file than a map task can sort in memory. Two ways to w
   blocks concatenated, sorted by partition (stable) and encoded in memory, cut into pieces of
   about ``F`` (a block larger than that gives several files). About three copies of the rows.
 * ``stream_map_file`` (``R x slice_bytes`` is larger than ``F``): the blocks are fetched one at a
-  time (passed as a list of references, so Ray does not fetch them all before the task starts,
-  and each is released once added) into a ``RangeSpill`` over all partitions with ``F`` as its
-  memory budget (sorted runs on local disk, merged by levels), then written range by range into
-  a local file, one range's slice in memory at a time, and uploaded in parts
-  (``storage.write_file``). Memory: the budget, one block, one range's slice. Local disk: the
-  runs and the file, about twice the map file while it is written (its folder is the spill's,
-  checked for room like a reduce task's); the map side's local disk per node is then about its
-  share of the data, and map tasks are ``bytes / (R x slice_bytes)``: fewer, longer tasks than
-  with small files (the map side's parallelism is what the fixed read size costs).
+  time (passed as a list of references, so Ray does not fetch them all before the task starts;
+  the driver pins them until the task ends, which ``node_space`` sizes the tasks in flight for)
+  into a ``RangeSpill`` keyed by RANGE, not partition (a run's cost grows with its keys: R, not
+  P), with ``F`` as its memory budget (sorted runs on local disk, merged by levels), then
+  written range by range into a local file, each range's rows sorted by partition (stable), one
+  range's slice in memory at a time, and uploaded in parts (``storage.write_file``). Memory: the
+  budget, one block, one range's slice. Local disk: the runs and the file, about twice the map
+  file while it is written, in the spill's folder (so a killed task's is removed by the next on
+  the node); a run or the file that finds the disk full is one line naming the folder and the
+  fix (smaller map files: ``shuffle.slice_mb``). Map tasks are ``bytes / (R x slice_bytes)``:
+  fewer, longer tasks than with small files (the map side's parallelism is what the fixed read
+  size costs), and a node running several of them needs twice their map files of local disk.
 
 Either way a map file is named by a hash of its content (a retried task rewrites the same
 object; readers open only the files the driver collected), under two hex digits of that hash as
@@ -41,16 +44,19 @@ from __future__ import annotations
 import hashlib
 import os
 import resource
-import tempfile
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from common import storage
-from pipelines.engine.map_file import (MapFile, MapFiles, encode_map_file, range_bounds, slice_crc, trailer,
+from pipelines.engine.map_file import (PART, MapFile, MapFiles, encode_map_file, range_of, slice_crc, trailer,
                                        with_part_last)
-from pipelines.engine.spill import RangeSpill, spill_root
+from pipelines.engine.spill import RangeSpill
+
+# A streamed map task's spill is keyed by range (``PART`` holds it there); the row's partition
+# travels in this column until the range's slice is written.
+_PARTITION = "__map_partition"
 
 
 def map_file_bytes(file_bytes: int, ranges: int, slice_bytes: int) -> int:
@@ -96,64 +102,65 @@ def write_map_files(folder: str, partitions: int, ranges: int, file_bytes: int, 
 
 def stream_map_file(folder: str, partitions: int, ranges: int, memory_bytes: int, refs: list[Any]) -> dict[str, Any]:
     """The streaming map task: the blocks of ``refs`` (object references, fetched one at a time)
-    as ONE map file, sorted through a local spill of ``memory_bytes`` and uploaded from a local
-    file."""
+    as ONE map file, sorted through a local spill of ``memory_bytes`` keyed by RANGE (its runs'
+    cost per run follows the ranges, not the partitions: ``RangeSpill`` handles each key of a
+    run on its own) and written to a local file in the spill's folder, then uploaded."""
     import ray
     from ray.data.block import BlockAccessor
 
     rows = 0
-    with RangeSpill(0, partitions, budget=memory_bytes, name=f"{folder}#map") as spill:
+    with RangeSpill(0, ranges, budget=memory_bytes, name=f"{folder}#map", map_side=True) as spill:
         for i in range(len(refs)):
             block = ray.get(refs[i])
-            refs[i] = None  # this task's borrow of the block ends: the object store may free it
+            refs[i] = None  # the driver still pins the block until this task ends (node_space sizes for that)
             table = BlockAccessor.for_block(block).to_arrow()
             del block
             rows += table.num_rows
-            spill.add(table)
-            del table
-        os.makedirs(spill_root(), exist_ok=True)
-        fd, local = tempfile.mkstemp(prefix="map-", suffix=".arrows", dir=spill_root())
+            part = table.column(PART).to_numpy(zero_copy_only=False).astype(np.int64)
+            spill.add(table.drop_columns([PART]).append_column(_PARTITION, pa.array(part))
+                      .append_column(PART, pa.array(range_of(part, partitions, ranges))))
+            del table, part
+        local = spill.local_file("map-file.arrows")
         try:
-            with os.fdopen(fd, "wb") as out:
+            with open(local, "wb") as out:
                 digest = _write_ranges(out, spill, partitions, ranges)
-            name = _name(digest)
-            storage.write_file(storage.join(folder, name), local)
-            size = os.path.getsize(local)
-        finally:
-            os.unlink(local)
+        except OSError as exc:
+            raise spill.out_of_room(exc, spill.spilled_bytes, "a map task's local map file") from exc
+        name = _name(digest)
+        size = os.path.getsize(local)
+        storage.write_file(storage.join(folder, name), local)
     return _done([MapFile(name, size, rows)])
 
 
 def _write_ranges(out: Any, spill: RangeSpill, partitions: int, ranges: int) -> str:
-    """Write ``spill``'s rows to ``out`` as a map file (range slices, then the trailer), one
-    range's slice in memory at a time; returns the hex digest ``write_map_files`` names by."""
+    """Write ``spill``'s rows (keyed by range, their partition in ``_PARTITION``) to ``out`` as a
+    map file (range slices, each sorted by partition, stable; then the trailer), one range's
+    slice in memory at a time; returns the hex digest ``write_map_files`` names by."""
     digest = hashlib.blake2b(digest_size=12)
     offsets = np.zeros(ranges + 1, dtype=np.int64)
     crcs = np.zeros(ranges, dtype=np.uint32)
-    parts = spill.partitions()
-    pending = next(parts, None)
+    slices = spill.partitions()
+    pending = next(slices, None)
     for r in range(ranges):
-        _, hi = range_bounds(partitions, ranges, r)
-        buf = pa.BufferOutputStream()
-        writer = None
-        while pending is not None and pending[0] < hi:
-            p, rows = pending
-            batch = with_part_last(rows, np.full(rows.num_rows, p, dtype=np.int32))
-            if writer is None:
-                writer = pa.ipc.new_stream(buf, batch.schema)
-            writer.write_table(batch)
-            del rows, batch
-            pending = next(parts, None)
-        if writer is not None:
-            writer.close()
-        data = buf.getvalue()
-        crcs[r] = slice_crc(r, int(offsets[r]), int(offsets[r]) + data.size, data)
-        offsets[r + 1] = offsets[r] + data.size
+        data = b""
+        if pending is not None and pending[0] == r:
+            rows = pending[1]
+            part = rows.column(_PARTITION).to_numpy(zero_copy_only=False)
+            order = np.argsort(part, kind="stable")  # a partition's rows keep the order they came in
+            rows = with_part_last(rows.drop_columns([_PARTITION]).take(pa.array(order)), part[order])
+            buf = pa.BufferOutputStream()
+            with pa.ipc.new_stream(buf, rows.schema) as writer:
+                writer.write_table(rows)
+            data = buf.getvalue()
+            del rows, part, order, buf
+            pending = next(slices, None)
+        end = int(offsets[r]) + len(data)
+        crcs[r] = slice_crc(r, int(offsets[r]), end, data)
+        offsets[r + 1] = end
         out.write(data)
         digest.update(data)
-        del data, buf
+        del data
     tail = trailer(offsets, crcs, partitions, ranges)
     out.write(tail)
     digest.update(tail)
     return digest.hexdigest()
-

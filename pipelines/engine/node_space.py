@@ -179,7 +179,11 @@ def live_spill_bytes(root: str) -> int:
         pid = parts[0] if len(parts) == 2 else ""
         if not entry.is_dir() or not pid.isdigit() or not _alive(int(pid)):
             continue
-        for f in os.scandir(entry.path):
+        try:
+            files = list(os.scandir(entry.path))
+        except FileNotFoundError:  # its spill closed meanwhile
+            continue
+        for f in files:
             try:
                 total += f.stat().st_size if f.is_file() else 0
             except FileNotFoundError:  # removed by its merge meanwhile
@@ -203,15 +207,22 @@ def spill_room(root: str) -> int:
     return free_bytes(root) + live_spill_bytes(root)
 
 
-def no_room(folder: str, *, need: int, why: str, room: int, reduce_tasks: int | None) -> SpillSpaceError:
+# A map task's spill (a map file of reduce tasks x shuffle.slice_mb) shrinks with fewer reduce
+# tasks or smaller slices: the opposite of a reduce task's.
+MAP_SIDE_FIX = "or smaller map files: a smaller --set shuffle.slice_mb=MB (or fewer shuffle.reduce_tasks)"
+
+
+def no_room(folder: str, *, need: int, why: str, room: int, reduce_tasks: int | None,
+            fix: str | None = None) -> SpillSpaceError:
     """The one line of a spill that does not fit: the node and folder, the size needed and why,
-    the room, and the fixes (``reduce_tasks``: the fewest that fit, None if unknown)."""
+    the room, and the fixes (``reduce_tasks``: the fewest that fit, None if unknown; ``fix``
+    instead of more reduce tasks, for a map task's spill)."""
     more = (f"--set shuffle.reduce_tasks={reduce_tasks}" if reduce_tasks
             else "--set shuffle.reduce_tasks=N with a larger N")
     return SpillSpaceError(
         f"spill folder {folder} on node {socket.gethostname()} needs {human_bytes(need)} ({why}) but has "
-        f"{human_bytes(room)} free; set {SPILL_DIR_ENV} to a folder on a bigger disk, or use more reduce "
-        f"tasks: {more}")
+        f"{human_bytes(room)} free; set {SPILL_DIR_ENV} to a folder on a bigger disk, "
+        + (fix or f"or use more reduce tasks: {more}"))
 
 
 def at_once(tasks: int, task_bytes: int) -> str:

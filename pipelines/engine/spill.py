@@ -93,6 +93,20 @@ class _Run:
             os.remove(path)
 
 
+def _joined(batches: list[pa.RecordBatch]) -> pa.Table:
+    return pa.concat_tables([pa.Table.from_batches([b]) for b in batches], promote_options="default")
+
+
+def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``table`` with ``schema``'s columns, in its order and types (a missing column as nulls):
+    blocks of one Dataset may differ (a column all None in one block is of type null)."""
+    if table.schema == schema:
+        return table
+    cols = [table.column(f.name).cast(f.type) if f.name in table.column_names else pa.nulls(table.num_rows, f.type)
+            for f in schema]
+    return pa.Table.from_arrays(cols, schema=schema)
+
+
 class RangeSpill:
     """Rows of partitions ``[lo, hi)`` added in order; read back one partition at a time.
 
@@ -104,13 +118,16 @@ class RangeSpill:
     ``SpillSpaceError`` if this node's spill folder has no room for ``min(ranges, its CPUs)``
     tasks at their peak, naming the fewest reduce tasks that would fit when ``ranges`` is known."""
 
-    def __init__(self, lo: int, hi: int, *, budget: int, name: str = "", expected_bytes: int = 0, ranges: int = 0):
+    def __init__(self, lo: int, hi: int, *, budget: int, name: str = "", expected_bytes: int = 0, ranges: int = 0,
+                 map_side: bool = False):
         self.lo, self.hi, self.budget = lo, hi, max(1, int(budget))
         self.name = name
         self.expected_bytes, self.ranges = max(0, int(expected_bytes)), max(0, int(ranges))
+        self.map_side = map_side  # a map task's spill: its fix is smaller map files, not more reduce tasks
         self._buffer: list[pa.Table] = []
         self._buffered = 0
         self._runs: list[_Run] = []
+        self.schema: pa.Schema | None = None  # of every row added (blocks may differ: a null-typed column)
         self._dir: str | None = None
         self._tag = hashlib.blake2b(name.encode(), digest_size=8).hexdigest() if name else ""
         if self._tag:
@@ -125,6 +142,10 @@ class RangeSpill:
     def add(self, table: pa.Table) -> None:
         if not table.num_rows:
             return
+        if self.schema is None:
+            self.schema = table.schema
+        elif table.schema != self.schema:
+            self.schema = pa.unify_schemas([self.schema, table.schema], promote_options="default")
         self._buffer.append(table)
         self._buffered += table.nbytes
         self.peak_buffered = max(self.peak_buffered, self._buffered)
@@ -134,7 +155,7 @@ class RangeSpill:
     def _take_buffer(self) -> tuple[pa.Table, np.ndarray, np.ndarray]:
         """The buffer as one table (chunks, not copied), the order of its rows by partition
         (stable) and each partition's row count."""
-        table = pa.concat_tables(self._buffer) if len(self._buffer) > 1 else self._buffer[0]
+        table = pa.concat_tables(self._buffer, promote_options="default") if len(self._buffer) > 1 else self._buffer[0]
         self._buffer, self._buffered = [], 0
         part = table.column(PART).to_numpy(zero_copy_only=False).astype(np.int64)
         order = np.argsort(part, kind="stable")
@@ -168,9 +189,24 @@ class RangeSpill:
             raise node_space.no_room(root, need=tasks * task, why=node_space.at_once(tasks, task), room=room,
                                      reduce_tasks=self._fix(room))
 
-    def _run_does_not_fit(self, folder: str, size: int, free: int) -> SpillSpaceError:
-        return node_space.no_room(folder, need=size, why="a reduce task's next run", room=free,
+    def _run_does_not_fit(self, folder: str, size: int, free: int, why: str = "") -> SpillSpaceError:
+        if self.map_side:
+            return node_space.no_room(folder, need=size, why=why or "a map task's next run", room=free,
+                                      reduce_tasks=None, fix=node_space.MAP_SIDE_FIX)
+        return node_space.no_room(folder, need=size, why=why or "a reduce task's next run", room=free,
                                   reduce_tasks=self._fix(node_space.spill_room(spill_root())))
+
+    def local_file(self, name: str) -> str:
+        """A path for a file of the task's own in this spill's folder (removed with it, and with
+        a killed task's folder by the next attempt on the node)."""
+        return os.path.join(self._folder(), name)
+
+    def out_of_room(self, exc: OSError, size: int, why: str) -> Exception:
+        """``exc`` (a write into this spill's folder) as the one-line error if the disk is full."""
+        if not node_space.is_disk_full(exc):
+            return exc
+        folder = self._dir or spill_root()
+        return self._run_does_not_fit(folder, size, node_space.free_bytes(folder), why)
 
     def _remove_stale(self) -> None:
         """Remove this range's folders left by processes no longer alive (a killed attempt): they
@@ -232,10 +268,12 @@ class RangeSpill:
         counts = np.zeros(self.hi - self.lo, dtype=np.int64)
         for r in old:  # one run's index at a time, not MAX_RUNS of them stacked
             counts += r.counts
-        def rows_of(i: int) -> pa.Table:
-            return pa.Table.from_batches([b for b in (r.rows(i) for r in old) if b is not None])
+        schema = pa.unify_schemas([r.schema for r in old], promote_options="default")
 
-        self._write_run(old[0].schema, counts, rows_of, sum(os.path.getsize(r.path) for r in old),
+        def rows_of(i: int) -> pa.Table:
+            return conform(_joined([b for b in (r.rows(i) for r in old) if b is not None]), schema)
+
+        self._write_run(schema, counts, rows_of, sum(os.path.getsize(r.path) for r in old),
                         level=old[0].level + 1)
         for r in old:
             self.spilled_bytes -= os.path.getsize(r.path)
@@ -249,13 +287,13 @@ class RangeSpill:
             tail, order, tail_counts = self._take_buffer()
             tail_starts = np.concatenate([[0], np.cumsum(tail_counts)])
         for i in range(self.hi - self.lo):
-            pieces = [b for b in (r.rows(i) for r in self._runs) if b is not None]
-            rows = pa.Table.from_batches(pieces) if pieces else None
+            pieces = [pa.Table.from_batches([b]) for b in (r.rows(i) for r in self._runs) if b is not None]
             if tail is not None and tail_counts[i]:
-                more = tail.take(pa.array(order[tail_starts[i]:tail_starts[i + 1]]))
-                rows = more if rows is None else pa.concat_tables([rows, more])
-            if rows is None:
+                pieces.append(tail.take(pa.array(order[tail_starts[i]:tail_starts[i + 1]])))
+            if not pieces:
                 continue
+            rows = conform(pa.concat_tables(pieces, promote_options="default") if len(pieces) > 1 else pieces[0],
+                           self.schema)
             yield self.lo + i, rows.drop_columns([PART])
             del rows, pieces
 

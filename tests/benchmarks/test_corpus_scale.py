@@ -146,5 +146,5 @@ def test_sort_and_storage_shuffles_agree(tmp_path):
     assert sum(u for _, u in sort["check"]) == 4000 * 3999 // 2 and len(sort["check"]) == 4
     assert sort["blocks"] == storage["blocks"] == 8
     assert sort["tasks"]["map"] == sort["tasks"]["reduce"] == 8  # one reducer per block: 8 x 8 pieces
-    assert storage["map_files"] == 1 and storage["tasks"]["_write_map_files"] == 1
+    assert storage["map_files"] == 1 and storage["tasks"]["write_map_files"] == 1
     assert not (tmp_path / "storage").exists()  # the map files are removed

@@ -79,3 +79,18 @@ def test_a_journalled_block_whose_part_is_gone_is_read_again(ray_local, source, 
     assert len(open(log).read().split()) == 1  # only the block of the lost part
     assert again["files"].names.to_pylist() == first["files"].names.to_pylist()
     assert storage.exists(storage.join(out, first["files"].names.to_pylist()[0]))
+
+
+def test_a_pass_identity_ignores_what_differs_between_attempts_but_not_the_marks():
+    """Two attempts' ``Marks`` differ in their shuffle's timings and memory (not compared), so they
+    must give one identity; other marked parts must not."""
+    import numpy as np
+
+    from pipelines.dedup.marks import Marks
+    from pipelines.engine.block_journal import _digest
+
+    first = Marks("w/marks", np.array([1, 4]), np.array([7, 9]), 2, stats={"map_seconds": 0.31, "peak": 1 << 20})
+    again = Marks("w/marks", np.array([1, 4]), np.array([7, 9]), 2, stats={"map_seconds": 0.52, "peak": 2 << 20})
+    other = Marks("w/marks", np.array([1, 5]), np.array([7, 9]), 2)
+    assert _digest({"marks": first}) == _digest({"marks": again})
+    assert _digest({"marks": first}) != _digest({"marks": other})

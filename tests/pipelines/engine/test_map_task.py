@@ -135,3 +135,29 @@ def test_reads_grow_with_the_data_at_reduce_tasks_that_grow_with_it(ray_local, t
         requests, nbytes, files = got["r_slices", ranges]
         assert requests == 2 * files * ranges  # two reads per (map file, range), as before
         assert nbytes / (requests / 2) >= 0.8 * (4 << 10)  # each slice about slice_bytes (the last file smaller)
+
+
+def test_blocks_of_different_schemas_stream_as_they_sort_in_memory(ray_local, tmp_path):
+    """A column all None in one block is of type null there and string in the next: both map tasks
+    (and the reduce side reading their files) give the rows under one schema."""
+    n = 400
+    k = np.arange(2 * n, dtype=np.int64)
+    first = pa.table({"k": k[:n], "s": pa.nulls(n), mf.PART: k[:n] % P})
+    second = pa.table({"k": k[n:], "s": [f"w{i}" for i in k[n:]], mf.PART: k[n:] % P})
+    ds = ray_local.data.from_arrow([first, second])
+    got = {}
+    for design, file_bytes, slice_bytes in (("memory", 1 << 30, 1), ("streamed", 1 << 10, 4 << 10)):
+        shuffled = sh.shuffle(ds, partitions=P, folder=str(tmp_path / design), file_bytes=file_bytes, ranges=4,
+                              slice_bytes=slice_bytes)
+        assert shuffled.stats["streamed"] is (design == "streamed")
+        rows = {}
+        for r in range(4):
+            for p, t in sh.read_range(shuffled, r):
+                assert t.schema.field("s").type == pa.string()
+                rows[p] = sorted(zip(t.column("k").to_pylist(), t.column("s").to_pylist()))
+        got[design] = rows
+        shuffled.remove()
+    want = collections.defaultdict(list)
+    for i in k.tolist():
+        want[i % P].append((i, None if i < n else f"w{i}"))
+    assert got["memory"] == got["streamed"] == {p: sorted(v) for p, v in want.items()}
