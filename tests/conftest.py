@@ -65,64 +65,91 @@ def ray_local(s3_server):
 
 
 class S3Server:
-    """A real S3-API server (moto's standalone server) on loopback, as s3fs's own tests use."""
+    """A real S3-API server (moto's standalone server) on loopback, as s3fs's own tests use.
 
-    def __init__(self, endpoint: str):
-        self.endpoint = endpoint
+    One per test process, for the whole session. A server that has exited by the time a test asks
+    for a bucket (a CI run once found it gone after 30 min, cause unseen) is started again on the
+    same port, so the session's ``AWS_ENDPOINT_URL`` still reaches it, with a warning naming its
+    exit status and its log's last lines: every test makes its own buckets, so nothing is lost.
+    """
+
+    def __init__(self, port: int, log_path):
+        self.port, self.log_path = port, log_path
+        self.endpoint = f"http://127.0.0.1:{port}"
+        self.proc = None
         self._made = 0
+        self.start()
+
+    def start(self) -> None:
+        import subprocess
+        import sys
+        import time
+        import urllib.request
+
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+                                         stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 60
+        while True:  # readiness of a server we started, not a race with the code under test
+            try:
+                urllib.request.urlopen(self.endpoint, timeout=2)
+                return
+            except OSError:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    self.proc.kill()
+                    raise RuntimeError(f"moto server did not start on {self.endpoint} (log: {self.log_path})")
+                time.sleep(0.2)
+
+    def alive(self) -> None:
+        """Start the server again if it has exited (class docstring)."""
+        import warnings
+
+        code = self.proc.poll()
+        if code is None:
+            return
+        with open(self.log_path, "rb") as log:
+            tail = log.read()[-600:].decode("utf-8", "replace")
+        warnings.warn(f"moto server on {self.endpoint} had exited ({code}); started again. Its log ended: {tail}")
+        self.start()
 
     def bucket(self, prefix: str = "b") -> str:
         """Create a fresh, empty bucket and return ``s3://<name>``."""
         import fsspec
 
+        self.alive()
         self._made += 1
         name = f"{prefix}{self._made}-{os.getpid()}"
         fsspec.filesystem("s3", use_listings_cache=False).mkdir(name)
         return f"s3://{name}"
+
+    def stop(self) -> None:
+        import subprocess
+
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
 
 
 @pytest.fixture(scope="session")
 def s3_server(tmp_path_factory):
     """moto's S3 server on a free loopback port, with the standard AWS_* variables pointing at it
     for the whole session (so subprocesses and Ray workers started later inherit them)."""
-    import subprocess
-    import sys
-    import time
-    import urllib.request
-
     import moto  # noqa: F401  (a test dependency: without it the storage tests must fail, not skip)
 
     from electra.distributed import free_port
-    port = free_port()
-    log = open(tmp_path_factory.mktemp("moto") / "moto.log", "wb")
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=log, stderr=subprocess.STDOUT)
-    endpoint = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:  # readiness of a server we started, not a race with the code under test
-        try:
-            urllib.request.urlopen(endpoint, timeout=2)
-            break
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                raise RuntimeError(f"moto server did not start on {endpoint}")
-            time.sleep(0.2)
-    env = {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+    server = S3Server(free_port(), tmp_path_factory.mktemp("moto") / "moto.log")
+    env = {"AWS_ENDPOINT_URL": server.endpoint, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
            "AWS_DEFAULT_REGION": "us-east-1"}
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
-        yield S3Server(endpoint)
+        yield server
     finally:
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
+        server.stop()

@@ -104,16 +104,33 @@ def test_a_truncated_put_is_written_again(bucket, one_request_per_attempt, caplo
         f"write_bytes {uri}: wrote 10 bytes but the store holds 3 (attempt 1); retrying in "]
 
 
+class _Ticks:
+    """The retry layer's clock (``retry.time``): each reading is 0.3 s after the last, sleeps
+    take none, so the attempts a budget allows do not depend on how busy the machine is."""
+
+    def __init__(self):
+        self.now = -0.3
+
+    def monotonic(self) -> float:
+        self.now += 0.3
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        pass
+
+
 def test_a_store_that_keeps_truncating_is_an_error(bucket, one_request_per_attempt, monkeypatch):
     proxy = one_request_per_attempt
     monkeypatch.setenv(retry.ENV, "1")
+    monkeypatch.setattr(retry, "time", _Ticks())  # readings at 0, 0.3, 0.6, 0.9, 1.2: 4 attempts
     uri = f"{bucket}/k.bin"
     proxy.truncate_puts(r"/k\.bin$", keep=3)
     with pytest.raises(StorageError) as err:
         storage.write_bytes(uri, b"0123456789")
     assert re.fullmatch(rf"{re.escape(uri)}: wrote 10 bytes but the store holds 3 \(\d+ attempts in \d+ s\)",
                         str(err.value)), str(err.value)
-    assert not isinstance(err.value, StoreUnavailableError) and proxy.counts["truncate"] >= 2
+    assert not isinstance(err.value, StoreUnavailableError) and proxy.counts["truncate"] == 4
+    assert str(err.value).endswith("(4 attempts in 1 s)")
 
 
 def test_local_files_get_their_mode_from_the_umask(tmp_path):
