@@ -48,7 +48,8 @@ def build_corpus(source: list[str] | str, out: str, tokenizer: str | None = None
                  ray_address: str | None = None, config: dict[str, Any] | str | None = None,
                  overrides: list[str] | None = None, keep_cache: bool = False,
                  ray_worker_pip: str | None = None, profile: str | None = None,
-                 decontaminate: list[str] | None = None, language: list[str] | None = None) -> dict[str, Any]:
+                 decontaminate: list[str] | None = None, language: list[str] | None = None,
+                 append: bool = False) -> dict[str, Any]:
     """Build an ELECTRA pre-training corpus at ``out`` (path or URI); returns the manifest.
     Parameters: ``CorpusJob``'s fields and its named config flags (``pipelines.corpus_job``)."""
     logger = get_run_logger()
@@ -56,7 +57,8 @@ def build_corpus(source: list[str] | str, out: str, tokenizer: str | None = None
                          flags=dict(profile=profile, tokenizer=tokenizer, vocab_size=vocab_size, seq_len=seq_len,
                                     lowercase=lowercase, validation_fraction=validation_fraction, seed=seed,
                                     decontaminate=decontaminate, language=language),
-                         keep_cache=keep_cache, ray_address=ray_address, ray_worker_pip=ray_worker_pip)
+                         keep_cache=keep_cache, ray_address=ray_address, ray_worker_pip=ray_worker_pip,
+                         append=append)
     build = CorpusBuild(job)
     pending = build.plan()
     logger.info("build-corpus: %d input files → %s; stages to run: %s", len(build.sources.files), out,

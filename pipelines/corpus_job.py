@@ -76,6 +76,9 @@ class CorpusJob:
                 "(infra/worker-requirements.txt) when the cluster does not run the project's image"})
     keep_cache: bool = field(default=False, metadata={
         "help": "keep every stage's intermediate data (fast reruns with another later-stage config)"})
+    append: bool = field(default=False, metadata={
+        "help": "add the sources to the corpus at --out as a new generation, deduplicated against it, with "
+                "its own settings (the earlier shards are never rewritten)"})
 
     def validate(self) -> None:
         check(bool(self.sources) and all(isinstance(s, str) and s for s in self.sources),
@@ -87,8 +90,18 @@ class CorpusJob:
              overrides: list[str] | tuple[str, ...] = (), flags: Mapping[str, Any] | None = None,
              **job: Any) -> CorpusJob:
         """The job, its config from ``config`` (file location or mapping), ``overrides`` and the
-        named ``flags`` (``CONFIG_FLAGS``; None = not given); ``job``: the other fields."""
-        cfg = corpus_config(config=config, overrides=list(overrides), **dict(flags or {}))
+        named ``flags`` (``CONFIG_FLAGS``; None = not given); ``job``: the other fields. With
+        ``append``, the corpus's own config with those on top, none of them changing it
+        (``pipelines.orchestration.append.check_unchanged``)."""
+        if job.get("append"):
+            from pipelines.orchestration.append import check_unchanged, load_prior, merge, settings
+
+            prior = load_prior(out)
+            user = strict.load_json(config) if isinstance(config, str) else copy.deepcopy(dict(config or {}))
+            cfg = check_unchanged(prior, corpus_config(config=merge(settings(prior), user), overrides=list(overrides),
+                                                       **dict(flags or {})))
+        else:
+            cfg = corpus_config(config=config, overrides=list(overrides), **dict(flags or {}))
         values = {"sources": [sources] if isinstance(sources, str) else list(sources), "out": out,
                   **{k: v for k, v in job.items() if v is not None}}
         return dataclasses.replace(strict.from_dict(cls, values, where="corpus job"), config=cfg)

@@ -25,6 +25,7 @@ from pipelines import schema
 from pipelines.config import CorpusConfig
 from pipelines.ingest import Sources
 from pipelines.pack import fill
+from pipelines.orchestration.append import generation_of, merged
 from pipelines.orchestration.stages import DOCUMENT_STAGES, StageResult, rejected_folder
 
 
@@ -97,7 +98,7 @@ def manifest_of(build: CorpusBuild, results: dict[str, StageResult]) -> schema.M
     stats["summary"] = summary(results)
     stats["sources"] = {"names": list(build.sources.names[:20]), "files": len(build.sources.files),
                         "fingerprint": build.sources.fingerprint}
-    return schema.Manifest(seq_len=build.cfg.pack.seq_len,
+    manifest = schema.Manifest(seq_len=build.cfg.pack.seq_len,
                            tokenizer=schema.TokenizerInfo(**results["tokenizer"].product["tokenizer"]),
                            splits=splits, shards=shards, stats=stats, config=build.cfg.to_dict(),
                            rejected_lists=rejected, generation=results["shard"].key, build_key=build.build_key,
@@ -105,6 +106,9 @@ def manifest_of(build: CorpusBuild, results: dict[str, StageResult]) -> schema.M
                            warnings=[w for name in ("ingest", "filter", "tokenizer", "pack")
                                      for w in results[name].stats.get("warnings", [])],
                            decontamination=results["filter"].stats.get("decontamination", {}))
+    manifest.generations = [generation_of(build, manifest, results["index"].product.get("index", ""))]
+    prior = getattr(build, "prior", None)
+    return manifest if prior is None else merged(prior, manifest)
 
 
 def quarantine_list(build: CorpusBuild, name: str, result: StageResult) -> schema.RejectedList:
@@ -137,7 +141,8 @@ def publish(build: CorpusBuild, results: dict[str, StageResult]) -> schema.Manif
 
 def _stage_of(top: str, name: str) -> str:
     """The ``.work`` folder of the stage that wrote ``top/name`` (``<stage>-<key>``)."""
-    return {schema.TOKENIZER_DIR: f"tokenizer-{name}", schema.SHARDS_DIR: f"shard-{name}"}.get(top, name)
+    return {schema.TOKENIZER_DIR: f"tokenizer-{name}", schema.SHARDS_DIR: f"shard-{name}",
+            schema.INDEX_DIR: f"index-{name}"}.get(top, name)
 
 
 # Names per listing of a quarantine folder on a store that lists by prefix: a listing's entries
@@ -174,7 +179,7 @@ def collect_garbage(build: CorpusBuild, keep: list[schema.Manifest]) -> list[str
         if name.startswith("rejected-") and name.endswith(".json") and name not in lists:
             storage.remove(storage.join(build.out, name))
             removed.append(name)
-    for top in (schema.TOKENIZER_DIR, schema.SHARDS_DIR, schema.REJECTED_DIR):
+    for top in (schema.TOKENIZER_DIR, schema.SHARDS_DIR, schema.INDEX_DIR, schema.REJECTED_DIR):
         for name in storage.listdir(storage.join(build.out, top)):
             rel = f"{top}/{name}"
             if rel not in folders:

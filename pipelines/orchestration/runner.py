@@ -42,6 +42,13 @@ leaves garbage, never a marker that promises data that is gone; ``publish`` swee
 kill left behind.
 
 Publish (``pipelines.orchestration.publish``): the manifest is assembled from the markers and written last.
+
+Generations. With ``job.append`` the build is an append to the corpus at ``out``
+(``pipelines.orchestration.append``): the generations it deduplicates against are in its dedup
+and tokenizer stages' keys and it publishes them with its own after them; an append of sources
+already appended (the same fingerprint) does nothing. A build without ``append`` on a corpus that
+has grown is a no-op when one of its generations is that build, and refused otherwise: its
+manifest would drop the later generations.
 """
 from __future__ import annotations
 
@@ -52,6 +59,7 @@ import time
 from typing import Any
 
 from common import storage
+from common.config import ConfigError
 from common.hashing import digest
 from pipelines import schema
 from pipelines.corpus_job import CorpusJob
@@ -85,9 +93,13 @@ class CorpusBuild:
         self.attempts = max(1, int(attempts))
         self.order = [s.name for s in STAGES]
         self.keys: dict[str, str] = {}
-        # What decides a stage's output beside its config and inputs: files named by the config.
+        self.prior = self._prior() if job.append else None
+        # What decides a stage's output beside its config and inputs: files named by the config
+        # (and for an append, the generations it deduplicates against and the corpus's tokenizer).
         fingerprints = {"ingest": lambda: self.sources.fingerprint, "filter": lambda: filter_fingerprint(cfg),
                         "tokenizer": lambda: tokenizer_fingerprint(cfg)}
+        if self.prior is not None:
+            fingerprints.update({name: self.prior.fingerprint for name in ("exact_dedup", "near_dedup", "tokenizer")})
         for s in STAGES:
             extra = fingerprints[s.name]() if s.name in fingerprints else ""
             self.keys[s.name] = digest({"code": CODE_VERSION, "libraries": LIBRARIES, "stage": s.name,
@@ -97,6 +109,15 @@ class CorpusBuild:
         self.build_key = digest({"stages": self.keys,
                                  "config": {k: v for k, v in cfg.to_dict().items() if k != "shuffle"}})
         self._results: dict[str, StageResult | None] = {}
+
+    def _prior(self):
+        from pipelines.orchestration.append import index_missing, load_prior
+
+        prior = load_prior(self.out)
+        missing = index_missing(prior)
+        if missing:
+            raise ConfigError(missing)
+        return prior
 
     # ------------------------------------------------------------------ locations and markers
     @property
@@ -127,14 +148,34 @@ class CorpusBuild:
         self._results[result.name] = result
 
     def published(self) -> schema.Manifest | None:
-        """The published manifest when it is this build's (without its rejected parts, which
-        ``schema.Manifest.load`` reads)."""
+        """The published manifest when it holds this build (without its rejected parts, which
+        ``schema.Manifest.load`` reads): its last build, one of its generations, or for an
+        append, sources already appended. A grown corpus that does not hold it is refused
+        (module docstring)."""
         try:
             manifest = schema.Manifest.parse(schema.read_manifest_bytes(self.out),
                                              storage.join(self.out, schema.MANIFEST_NAME))
         except (FileNotFoundError, ValueError):
             return None
-        return manifest if manifest.build_key == self.build_key else None
+        if manifest.build_key == self.build_key:
+            return manifest
+        generations = schema.generations_of(manifest)
+        if self.prior is not None:
+            held = self.prior.holding(self.sources.fingerprint)
+            if held is not None:
+                log.info("append: these sources are generation %d (%s) of %s already; nothing to do", held,
+                         generations[held].name, self.out)
+                return manifest
+            return None
+        if any(g.build_key == self.build_key for g in generations):
+            return manifest
+        if len(generations) > 1:
+            raise ConfigError(f"{self.out} has grown to {len(generations)} generations by appends; this build "
+                              "would replace them all: build into another --out, or add sources with --append")
+        if generations[0].name == self.keys["shard"] and not generations[0].index:
+            log.info("%s has no dedup index (built by an earlier version): building it once from its documents "
+                     "(the document stages run again; the shards stay as they are)", self.out)
+        return None
 
     # ------------------------------------------------------------------ planning
     def consumers(self, name: str) -> list[str]:
@@ -179,7 +220,7 @@ class CorpusBuild:
                 raise RuntimeError(f"stage {name}: input stage {i} has no data (run the plan in order)")
             inputs[i] = r
         run = StageRun(stage=stage, key=key, cfg=self.cfg, corpus=self.out, cache=self.cache(name),
-                       sources=self.sources, inputs=inputs, cache_of=self.cache)
+                       sources=self.sources, inputs=inputs, cache_of=self.cache, prior=self.prior)
         start = time.perf_counter()
         journal = storage.join(self.cache(name), JOURNAL)
         for attempt in range(1, self.attempts + 1):
@@ -284,6 +325,9 @@ def _log(result: StageResult) -> None:
             counts += f", licence boilerplate cut {s['boilerplate']}"
     elif result.name == "tokenizer":
         counts = f"vocabulary {s.get('vocab_size')}, trained on {s.get('sample_bytes', 0) / 1e6:.1f} MB"
+    elif result.name == "index":
+        counts = (f"dedup index of {s.get('documents', 0)} documents, {s.get('bytes', 0) / 1e6:.1f} MB "
+                  f"({s.get('bytes_per_document', 0):.0f} bytes each)")
     elif result.name == "pack":
         splits = ", ".join(f"{k} {v['examples']} examples from {v.get('documents', 0)} documents"
                            for k, v in sorted(s.get("splits", {}).items()))

@@ -8,10 +8,16 @@ filter         ingest                  filter, decontaminate,      documents + r
                                        rejected
 exact_dedup    filter                  dedup, rejected             documents + rejected
 near_dedup     exact_dedup             dedup, rejected             documents + rejected
+index          near_dedup              dedup                       ``index/<key>/``
 tokenizer      near_dedup              tokenizer                   ``tokenizer/<key>/``
 pack           near_dedup, tokenizer   pack                        examples
 shard          pack, tokenizer         shard                       ``shards/<key>/``
 =============  ======================  ==========================  ===========================
+
+An append (``pipelines.orchestration.append``) runs the same table: its dedup stages also drop
+duplicates of the earlier generations (``StageRun.prior``; ``pipelines.dedup.prior``), its
+tokenizer stage takes the corpus's tokenizer, and the generations it deduplicates against are in
+those stages' keys.
 
 A stage's cache key hashes the code version, its config sections, the keys of its inputs and the
 files the config names: for ingest, the sources' fingerprint; for filter, the protected
@@ -118,6 +124,7 @@ class StageRun:
     sources: Sources
     inputs: dict[str, StageResult]
     cache_of: Callable[[str], str]  # cache folder of another stage
+    prior: Any = None  # an append: the corpus it grows (``append.Prior``); None for a build
     # Input part lists loaded by this run (each read from the store once, dropped with the run).
     _loaded: dict[str, parts.Parts] = field(default_factory=dict, repr=False)
 
@@ -256,22 +263,52 @@ def filter_kept(run: StageRun) -> None:
                files=result.rejected_parts())
 
 
+def _against_prior(run: StageRun, name: str, ds: Any, kind: str, reason: str) -> tuple[Any, dict[str, Any]]:
+    """An append: ``ds`` (the stage's documents, lazy) with those duplicating a document of an
+    earlier generation dropped as ``reason``, found by probing their indexes with input ``name``."""
+    from pipelines.dedup.prior import apply_matches, prior_matches
+
+    indexes = run.prior.indexes(run.cfg)
+    matches = prior_matches(run.parts(name), indexes, run.cfg.dedup, kind=kind, work=run.work,
+                            shuffle_cfg=run.cfg.shuffle)
+    stats = matches.pop("stats")
+    names = {i.number: i.name for i in indexes}
+    return ds.map_batches(apply_matches, batch_format="pyarrow",
+                          fn_kwargs={"matches": matches, "names": names, "reason": reason}), stats
+
+
 def _exact_dedup(run: StageRun) -> dict[str, Any]:
-    from pipelines.dedup import exact_dedup
+    from pipelines.dedup import EXACT, exact_dedup
 
     filter_kept(run)  # the first stage after filter: a build that kept too little stops here
     if not run.cfg.dedup.exact:
         return _documents(run, run.read("filter"))
-    return _documents(run, *exact_dedup(run.parts("filter"), work=run.work, shuffle=run.cfg.shuffle))
+    ds, stats = exact_dedup(run.parts("filter"), work=run.work, shuffle=run.cfg.shuffle)
+    if run.prior is not None:
+        ds, stats["earlier_generations"] = _against_prior(run, "filter", ds, "exact", EXACT)
+    return _documents(run, ds, stats)
 
 
 def _near_dedup(run: StageRun) -> dict[str, Any]:
-    from pipelines.dedup import near_dedup
+    from pipelines.dedup import NEAR, near_dedup
 
     if not run.cfg.dedup.near:
         return _documents(run, run.read("exact_dedup"))
-    return _documents(run, *near_dedup(run.parts("exact_dedup"), run.cfg.dedup, work=run.work,
-                                         shuffle=run.cfg.shuffle))
+    ds, stats = near_dedup(run.parts("exact_dedup"), run.cfg.dedup, work=run.work, shuffle=run.cfg.shuffle)
+    if run.prior is not None:
+        ds, stats["earlier_generations"] = _against_prior(run, "exact_dedup", ds, "bands", NEAR)
+    return _documents(run, ds, stats)
+
+
+def _index(run: StageRun) -> dict[str, Any]:
+    """The dedup index of the kept documents, ``index/<key>/`` (``pipelines.dedup.corpus_index``)."""
+    from pipelines.dedup.corpus_index import write_index
+
+    rel = f"{schema.INDEX_DIR}/{run.key}"
+    record = write_index(run.parts("near_dedup"), run.cfg.dedup, folder=storage.join(run.corpus, rel),
+                         work=run.work, shuffle_cfg=run.cfg.shuffle)
+    record["bytes_per_document"] = round(record["bytes"] / max(record["documents"], 1), 1)
+    return {"stats": record, "product": {"index": rel}}
 
 
 # ----------------------------------------------------------------------------- tokenizer
@@ -288,6 +325,17 @@ def _tokenizer(run: StageRun) -> dict[str, Any]:
     from pipelines.tokenizer_sample import measure_sample, train_and_measure, write_sample
 
     cfg = run.cfg.tokenizer
+    if run.prior is not None:  # an append: the corpus's tokenizer, as it is
+        kept = run.inputs["near_dedup"].stats
+        if kept["documents_out"] == 0:
+            raise NothingKept(f"--append: none of the {kept['documents_in']} new documents that passed the "
+                              f"filters is new to {run.corpus} (each duplicates a document of it; the reasons are "
+                              f"in {run.corpus}/{schema.REJECTED_DIR}/); the corpus is unchanged")
+        tok = run.prior.manifest.tokenizer
+        recorded = dict(run.prior.manifest.stats.get("tokenizer", {}))
+        return {"stats": {**recorded, "vocab_size": tok.vocab_size, "sha256": tok.sha256, "sample_bytes": 0,
+                          "from_corpus": True, "warnings": []},
+                "product": {"tokenizer": dataclasses.asdict(tok)}}
     if run.inputs["near_dedup"].stats["documents_out"] == 0:  # ingest and filter say why first
         raise NothingKept(f"no documents reached the tokenizer; the reasons are in {run.corpus}/"
                           f"{schema.REJECTED_DIR}/")
@@ -456,6 +504,7 @@ STAGES: tuple[Stage, ...] = (
     Stage("filter", ("ingest",), ("filter", "decontaminate", "rejected"), _filter),
     Stage("exact_dedup", ("filter",), ("dedup", "rejected"), _exact_dedup),
     Stage("near_dedup", ("exact_dedup",), ("dedup", "rejected"), _near_dedup),
+    Stage("index", ("near_dedup",), ("dedup",), _index, cached_data=False),
     Stage("tokenizer", ("near_dedup",), ("tokenizer",), _tokenizer, cached_data=False),
     Stage("pack", ("near_dedup", "tokenizer"), ("pack",), _pack),
     Stage("shard", ("pack", "tokenizer"), ("shard",), _shard, cached_data=False),

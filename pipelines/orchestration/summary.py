@@ -51,9 +51,27 @@ def closing_lines(manifest: dict[str, Any], out: str) -> list[str]:
     coverage = coverage_line(manifest.get("stats", {}))
     if coverage:
         lines.append(f"tokenizer: {coverage}")
+    lines += generation_lines(manifest)
     lines += [f"warning: {w}" for w in manifest.get("warnings", [])]
     lines.append(f"corpus written to {out} ({schema.MANIFEST_NAME})")
     return lines
+
+
+def generation_lines(manifest: dict[str, Any]) -> list[str]:
+    """For a corpus that has grown: its generations, and what the last one dropped as duplicates
+    of the earlier ones (``pipelines.dedup.prior``); nothing for a corpus of one generation."""
+    generations = manifest.get("generations") or []
+    if len(generations) < 2:
+        return []
+    stats = manifest.get("stats", {})
+    earlier = {stage: (stats.get(stage, {}).get("earlier_generations") or {}).get("matches", 0)
+               for stage in ("exact_dedup", "near_dedup")}
+    last = generations[-1]
+    train = last.get("splits", {}).get("train", {}).get("num_examples", 0)
+    return [f"generation {len(generations) - 1} ({last['name']}): {last['documents']} documents, {train} train "
+            f"examples added; {earlier['exact_dedup']} exact and {earlier['near_dedup']} near duplicates of the "
+            f"earlier generations dropped (their records name the document they copy)",
+            f"generations: {len(generations)} ({', '.join(g['name'] for g in generations)})"]
 
 
 def coverage_line(stats: dict[str, Any]) -> str | None:

@@ -8,7 +8,8 @@ URI) holding::
 
     manifest.json                          the commit point: what it does not list does not exist
     tokenizer/<key>/                       tokenizer.json, vocab.txt, tokenizer_config.json
-    shards/<generation>/{train,validation}-NNNNNN.tar
+    shards/<generation>/{train,validation}-NNNNNN.tar   one folder per generation (``generations``)
+    index/<generation>/                    that generation's dedup index (``pipelines.dedup.corpus_index``)
     rejected/<stage>-<key>/part-*.jsonl.zst
     rejected/<stage>-<key>/_parts-<sha>.arrow  that stage's list of them, named and hashed by the manifest
     .work/                                 stage caches (build-corpus's, safe to delete)
@@ -52,11 +53,14 @@ from __future__ import annotations
 
 from pipelines.schema.layout import (  # noqa: F401  (the contract, one namespace)
     shard_name, tokenizer_json, token_dtype, example_key, FORMAT_VERSION, READABLE_VERSIONS,
-    MANIFEST_NAME, TOKENIZER_DIR, SHARDS_DIR, REJECTED_DIR, WORK_DIR, SPLITS, TOKENIZER_JSON,
+    MANIFEST_NAME, TOKENIZER_DIR, SHARDS_DIR, INDEX_DIR, REJECTED_DIR, WORK_DIR, SPLITS, TOKENIZER_JSON,
     VOCAB_TXT, TOKENIZER_CONFIG, TOKENIZER_FILES, TOKENS, LAYOUT, KEYS, MEMBERS, CHUNK_TOKENS, SPECIAL_TOKENS,
 )
+from pipelines.schema.generations import (  # noqa: F401  (the contract, one namespace)
+    shard_generation, generations_of, generation_names, restricted,
+)
 from pipelines.schema.manifest import (  # noqa: F401  (the contract, one namespace)
-    TokenizerInfo, ShardInfo, SplitInfo, Manifest, read_manifest_bytes,
+    TokenizerInfo, ShardInfo, SplitInfo, GenerationInfo, Manifest, read_manifest_bytes,
 )
 from pipelines.schema.rejected import (  # noqa: F401  (the contract, one namespace)
     part_list_schema, list_name, is_list_name, RejectedInfo, RejectedIndex, RejectedList, part_list_bytes, read_part_list,

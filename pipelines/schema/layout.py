@@ -13,6 +13,7 @@ READABLE_VERSIONS = (2, 3, 4)
 MANIFEST_NAME = "manifest.json"
 TOKENIZER_DIR = "tokenizer"
 SHARDS_DIR = "shards"
+INDEX_DIR = "index"  # index/<generation>/: the dedup index of that generation's kept documents
 REJECTED_DIR = "rejected"
 WORK_DIR = ".work"
 SPLITS = ("train", "validation")

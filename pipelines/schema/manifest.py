@@ -40,6 +40,18 @@ class SplitInfo:
 
 
 @dataclass
+class GenerationInfo:
+    """One generation: what one build or append added."""
+    name: str  # its shards' folder, shards/<name>/ (the shard stage's key)
+    build_key: str = ""  # the build or append that wrote it
+    documents: int = 0  # documents kept (after deduplication against the earlier generations)
+    # per split: num_examples, num_tokens, num_documents (as the manifest's splits)
+    splits: dict[str, dict[str, int]] = field(default_factory=dict)
+    sources: dict[str, Any] = field(default_factory=dict)  # names (the first 20), files, fingerprint
+    index: str = ""  # its dedup index's folder, relative to the corpus ("" when none was written)
+
+
+@dataclass
 class Manifest:
     seq_len: int
     tokenizer: TokenizerInfo
@@ -63,6 +75,8 @@ class Manifest:
     format_version: int = FORMAT_VERSION
     rejected_index: RejectedIndex | None = None  # format 3, with rejected parts: their list's file
     rejected_lists: list[RejectedList] = field(default_factory=list)  # format 4: a list per stage
+    # Oldest first (``pipelines.schema.generations``); empty in a manifest written before appends.
+    generations: list[GenerationInfo] = field(default_factory=list)
 
     def shards_for(self, split: str) -> list[ShardInfo]:
         return [s for s in self.shards if s.split == split]
@@ -73,6 +87,7 @@ class Manifest:
         out.update(s.path.rsplit("/", 1)[0] for s in self.shards)
         out.update(r.path.rsplit("/", 1)[0] for r in self.rejected)
         out.update(r.folder for r in self.rejected_lists)
+        out.update(g.index for g in self.generations if g.index)
         return out
 
     def to_dict(self) -> dict[str, Any]:
@@ -106,6 +121,7 @@ class Manifest:
             format_version=version,
             rejected_index=RejectedIndex(**index) if index else None,
             rejected_lists=lists,
+            generations=[GenerationInfo(**g) for g in d.get("generations", [])],
         )
 
     def encode(self) -> bytes:

@@ -56,3 +56,25 @@ def test_a_config_error_is_one_line_before_prefect_or_ray_start(tmp_path):
     assert p.stderr.strip().splitlines() == [
         "build-corpus: error: corpus config.pack.seq_len: expected int, got 'long'"], p.stderr[-3000:]
     assert "Prefect" not in p.stdout + p.stderr and not (tmp_path / "out").exists()
+
+
+def test_append_is_a_flow_parameter_and_a_contradicting_one_is_one_line(tmp_path):
+    """``--append`` reaches the flow; an append that would change the corpus's sequence length is
+    the loader's one line, exit 2, before Prefect or Ray (the corpus: a manifest's config only)."""
+    from pipelines import schema
+
+    args = build_parser().parse_args(["--source", "a", "--out", "o", "--append"])
+    assert flow_parameters(args) == {"source": ["a"], "out": "o", "config": None, "overrides": [], "append": True}
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    manifest = schema.Manifest(seq_len=64, tokenizer=schema.TokenizerInfo("wordpiece", 900, "0" * 64, True, {}),
+                               splits={}, shards=[], config={"pack": {"seq_len": 64}})
+    manifest.save(str(corpus))
+    p = subprocess.run([sys.executable, "-m", "cli.build_corpus", "--source", str(tmp_path), "--out",
+                        str(corpus), "--append", "--seq-len", "128"], cwd=ROOT, capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 2, p.stderr[-3000:]
+    assert p.stderr.strip().splitlines() == [
+        f"build-corpus: error: --append: pack.seq_len=128 but {corpus} was built with 64; an append uses the "
+        "corpus's own settings (leave it out, or build a new corpus)"], p.stderr[-3000:]
+    assert "Prefect" not in p.stdout + p.stderr

@@ -156,10 +156,10 @@ def test_keep_cache_reruns_only_what_a_config_change_touches(raw, tmp_path, ray_
 
 def test_without_keep_cache_a_later_change_rebuilds_from_pruned_inputs(raw, clean):
     out, _ = clean
-    # shard needs pack's data, pack needs near_dedup's, ... all pruned; the tokenizer (a product
-    # in the corpus, never pruned) is reused.
+    # shard needs pack's data, pack needs near_dedup's, ... all pruned; the tokenizer and the
+    # dedup index (products in the corpus, never pruned) are reused.
     assert build(raw, out, with_(CFG, shard__min_shards_per_split=2)).plan() == \
-        [n for n in ORDER if n != "tokenizer"]
+        [n for n in ORDER if n not in ("tokenizer", "index")]
 
 
 @pytest.mark.parametrize("point", ["near_dedup", "shard"])
