@@ -195,6 +195,11 @@ class DataConfig:
     # its weight's share of all their examples (above its own size: repeated; below: a part, another
     # each epoch; electra/mixture.py). None: each corpus's own share (concatenation). Part of the order.
     weights: list[float] | None = None
+    # A corpus that grows (build-corpus --append) joins the run at the next epoch start: each epoch
+    # reads the manifest again and trains on every generation it lists (electra/corpus_growth.py;
+    # checkpoints record each epoch's generations, so a resume replays them). False: the run keeps
+    # the generations it started with.
+    follow_appends: bool = True
 
     def validate(self) -> None:
         check(self.seq_len is None or self.seq_len >= 8, "seq_len must be >= 8 (or null: the corpus's)")

@@ -52,6 +52,7 @@ from typing import IO, BinaryIO, Protocol
 
 from common import storage
 from common.hashing import HashingReader, sha256_bytes
+from electra.corpus_view import restrict
 from pipelines import schema
 
 log = logging.getLogger(__name__)
@@ -116,14 +117,17 @@ class ShardRef:
     num_examples: int
     bytes: int
     sha256: str
+    generation: str = ""  # the corpus generation it belongs to (its folder; the sample log names it)
 
 
 def open_corpus(corpus: str, *, seq_len: int | None = None, tokenizer_sha256: str | None = None,
                 manifest_sha256: str | None = None, data_sha256: str | None = None,
-                allow_change: bool = False) -> CorpusInfo:
+                allow_change: bool = False, generations: Sequence[str] | None = None) -> CorpusInfo:
     """Load and check a corpus: its seq_len must equal ``seq_len`` (unless None); its tokenizer (and, when
     resuming, its manifest) must equal the checkpoint's. A location without a manifest (missing
-    bucket, wrong prefix) raises ``FileNotFoundError`` naming it."""
+    bucket, wrong prefix) raises ``FileNotFoundError`` naming it. ``generations``: the checkpoint's
+    newest ones; the corpus is then seen as those only, the identity compared on them (a corpus
+    that grew since resumes: ``electra.corpus_growth``)."""
     root = str(corpus)
     raw = schema.read_manifest_bytes(root)
     where = storage.join(root, schema.MANIFEST_NAME)
@@ -153,6 +157,8 @@ def open_corpus(corpus: str, *, seq_len: int | None = None, tokenizer_sha256: st
         raise CorpusMismatchError(f"{where}: [PAD] must be id 0 (attention mask is ids != 0)")
     man_sha = sha256_bytes(raw)
     info = CorpusInfo(root, manifest, man_sha, tok_sha, vocab)
+    if generations is not None:
+        info = restrict(info, generations)
     if data_sha256 is not None and info.data_sha256 != data_sha256:
         message = (f"{where}: the corpus's shards differ from the checkpoint's (data sha256 "
                    f"{data_sha256[:12]} -> {info.data_sha256[:12]}: republished?); the saved data "
@@ -194,7 +200,8 @@ def check_shards(corpus: CorpusInfo, split: str, *, skip_corrupt: bool = False,
             found = storage.info(uri)
             size = None if found is None else int(found["size"])
         if size == info.bytes:
-            good.append(ShardRef(uri, info.num_examples, info.bytes, info.sha256))
+            good.append(ShardRef(uri, info.num_examples, info.bytes, info.sha256,
+                                 schema.shard_generation(info) or corpus.manifest.generation))
             continue
         problem = ("missing" if size is None else
                    f"{size} bytes, manifest says {info.bytes} (truncated or altered after the manifest was written)")

@@ -41,6 +41,8 @@ class ShardCheck:
 class CorpusSet:
     corpora: tuple[CorpusInfo, ...]
     weights: tuple[float, ...] | None  # data.weights as given; None: each corpus's share of examples
+    # The generations validation reads, when fewer than the train ones (electra.corpus_growth)
+    validation: tuple[CorpusInfo, ...] | None = None
 
     @property
     def primary(self) -> CorpusInfo:
@@ -83,10 +85,13 @@ class CorpusSet:
 
     def check(self, *, skip_corrupt: bool) -> ShardCheck:
         """Both splits from ONE listing per shard folder of each corpus (train and validation
-        share their folder): the start-up's whole store traffic besides manifests and tokenizers."""
+        share their folder): the start-up's whole store traffic besides manifests and tokenizers.
+        Validation reads ``validation`` when set (the run's first generations, which the train
+        generations include: ``electra.corpus_growth``)."""
         listings = [list_shard_folders(c) for c in self.corpora]
         train, skipped, mixture = self.shards("train", skip_corrupt=skip_corrupt, listings=listings)
-        validation, skipped_val, _ = self.shards("validation", skip_corrupt=skip_corrupt, listings=listings)
+        held = CorpusSet(self.validation, self.weights) if self.validation is not None else self
+        validation, skipped_val, _ = held.shards("validation", skip_corrupt=skip_corrupt, listings=listings)
         return ShardCheck(train, validation, skipped + skipped_val, mixture)
 
     def shards(self, split: str, *, skip_corrupt: bool, listings: Sequence[dict] | None = None,
@@ -94,14 +99,21 @@ class CorpusSet:
         """The split's shards of every corpus (corpus after corpus), those skipped as corrupt, and
         the mixture (None for one corpus, and for a validation split: evaluated as concatenated).
         ``listings``: each corpus's ``list_shard_folders``, when the caller shares them."""
-        shards, skipped, counts, sizes = [], [], [], []
+        own, skipped = [], []
         for i, corpus in enumerate(self.corpora):
             good, bad = check_shards(corpus, split, skip_corrupt=skip_corrupt,
                                      listings=None if listings is None else listings[i])
-            shards += good
+            own.append(good)
             skipped += bad
-            counts.append(len(good))
-            sizes.append(sum(s.num_examples for s in good))
+        return self.assemble(split, own, skipped)
+
+    def assemble(self, split: str, own: Sequence[Sequence[ShardRef]], skipped: Sequence[str],
+                 ) -> tuple[tuple[ShardRef, ...], tuple[str, ...], Mixture | None]:
+        """``shards``' answer from each corpus's checked shards ``own`` (also what a corpus that
+        grew gives an epoch: ``electra.corpus_growth``)."""
+        shards = [s for good in own for s in good]
+        counts = [len(good) for good in own]
+        sizes = [sum(s.num_examples for s in good) for good in own]
         mixture = None
         if len(self.corpora) > 1 and split == "train":
             for loc, n, w in zip(self.locations, sizes, self.weights or sizes):
@@ -123,9 +135,12 @@ class CorpusSet:
 
 def open_corpora(locations: Sequence[str], *, weights: Sequence[float] | None = None,
                  tokenizer_sha256: str | None = None, manifest_sha256: str | None = None,
-                 data_sha256: str | None = None, allow_change: bool = False) -> CorpusSet:
+                 data_sha256: str | None = None, allow_change: bool = False,
+                 generations: Sequence[Sequence[str]] | None = None) -> CorpusSet:
     """Open and check the corpora of a run (module docstring). The ``*_sha256`` are a checkpoint's,
-    when resuming: the set must be the one the checkpoint was trained on."""
+    when resuming: the set must be the one the checkpoint was trained on. ``generations``: the
+    checkpoint's newest generations of each corpus; each corpus is seen as those only, and the
+    identity is compared on them (``electra.corpus_growth``: a corpus that grew since resumes)."""
     locations = list(locations)
     if not locations:
         raise ValueError("no corpus given: --data names at least one corpus location")
@@ -137,13 +152,15 @@ def open_corpora(locations: Sequence[str], *, weights: Sequence[float] | None = 
                          "corpora; drop data.weights or add --data")
     if len(locations) == 1:  # the corpus's own checks and identity, as before mixtures
         info = open_corpus(locations[0], tokenizer_sha256=tokenizer_sha256, manifest_sha256=manifest_sha256,
-                           data_sha256=data_sha256, allow_change=allow_change)
+                           data_sha256=data_sha256, allow_change=allow_change,
+                           generations=None if generations is None else generations[0])
         return CorpusSet((info,), tuple(weights) if weights is not None else None)
     if len(set(locations)) != len(locations):
         dup = next(loc for loc in locations if locations.count(loc) > 1)
         raise ValueError(f"--data {dup} is given twice; weight a corpus with data.weights instead")
     # the checkpoint's tokenizer is checked on the first; the others are compared with the first
-    corpora = tuple(open_corpus(loc, tokenizer_sha256=tokenizer_sha256 if i == 0 else None)
+    corpora = tuple(open_corpus(loc, tokenizer_sha256=tokenizer_sha256 if i == 0 else None,
+                                generations=None if generations is None else generations[i])
                     for i, loc in enumerate(locations))
     first = corpora[0]
     for other in corpora[1:]:

@@ -61,7 +61,7 @@ a skip on one rank would desynchronise the ranks.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -112,6 +112,7 @@ class Batch:
     position: DataPosition  # the start of the optimizer step this micro batch belongs to
     micro: int  # index of this micro batch within the step, 0 .. accum-1
     sources: torch.Tensor | None = None  # [m] int64: each row's corpus (its position in --data)
+    generations: list[str] | None = None  # each row's corpus generation (electra.corpus_growth)
 
     @property
     def num_tokens(self) -> int:
@@ -146,6 +147,7 @@ class _Part(NamedTuple):
     segment_ids: torch.Tensor
     keys: list[tuple[int, ...]]
     sources: torch.Tensor  # [rows] int64: each row's corpus (its position in --data)
+    generations: list[str]  # each row's corpus generation
     bytes_read: int  # shard bytes the worker read since its previous part
     shards_read: tuple[str, ...]  # locations of those shards
     store_bytes: int  # of those bytes, the ones read from the store (the rest: the node cache's copies)
@@ -184,6 +186,7 @@ class EpochStream(torch.utils.data.IterableDataset):
                 rows = [Row(ordered[w].uri, cache.get(w), ordered[w].start + i) for w, i in zip(where, index.tolist())]
                 ids, seg = collate(rows, seq_len=plan.seq_len)
                 sources = [ordered[w].source for w in where]
+                generations = [ordered[w].shard.generation for w in where]
                 keys = [(int(r.examples.uid[r.index]), int(r.examples.ordinal[r.index])) for r in rows]
                 if mixed:  # the sample log's keys name the corpus first (its position in --data)
                     keys = [(src, *key) for src, key in zip(sources, keys)]
@@ -191,7 +194,7 @@ class EpochStream(torch.utils.data.IterableDataset):
                 done, reads = cache.read_so_far()
                 stored = done if source is None else source.downloaded_so_far()
                 new = tuple(ordered[i].uri for i in reads[reported_reads:])
-                yield _Part(step, worker, ids, seg, keys, torch.tensor(sources, dtype=torch.int64),
+                yield _Part(step, worker, ids, seg, keys, torch.tensor(sources, dtype=torch.int64), generations,
                             done - reported_bytes, new, stored - reported_store)
                 reported_bytes, reported_reads, reported_store = done, len(reads), stored
 
@@ -218,15 +221,20 @@ class TrainStream:
     epoch is ``(epoch + 1, 0)``). ``bytes_read``: shard bytes this rank's loader has read, over all
     its workers; ``store_bytes``: how many of them came from the store (the rest from the node
     cache's copies); ``shards_read``: worker -> locations it read, for the current epoch.
-    ``node_cache``: ``data.node_cache`` (``electra.node_cache``; None: every read from the store)."""
+    ``node_cache``: ``data.node_cache`` (``electra.node_cache``; None: every read from the store).
+    ``plan_for``: called at each epoch's start with the epoch, returns its plan (a corpus that
+    grows: ``electra.corpus_growth``; on every rank alike, as it may be collective); None: ``plan``
+    for every epoch."""
 
     def __init__(self, plan: StreamPlan, *, num_workers: int = 2, prefetch: int = 2,
-                 start: DataPosition = DataPosition(), node_cache: str | None = None):
+                 start: DataPosition = DataPosition(), node_cache: str | None = None,
+                 plan_for: Callable[[int], StreamPlan] | None = None):
         if plan.steps_per_epoch < 1:
             raise ValueError(f"{plan.num_examples} examples cannot fill one global batch of {plan.global_batch}: "
                              f"{plan.streams_effective} streams of {plan.stream_length} examples, "
                              f"{plan.rows_per_stream} per stream per step")
         self.plan, self.num_workers, self.prefetch = plan, num_workers, prefetch
+        self.plan_for = plan_for
         self.position = start
         self.bytes_read = self.store_bytes = 0
         self.node = NodeCache.open(node_cache, plan, num_workers=num_workers, prefetch=prefetch)
@@ -263,9 +271,11 @@ class TrainStream:
         self.shards_read.setdefault(part.worker, []).extend(part.shards_read)
 
     def __iter__(self) -> Iterator[Batch]:
-        steps, accum = self.plan.steps_per_epoch, self.plan.accum
         while True:
             epoch, step = self.position.epoch, self.position.step
+            if self.plan_for is not None:  # the epoch's shards, decided as it starts (or resumes)
+                self.plan = self.plan_for(epoch)
+            steps, accum = self.plan.steps_per_epoch, self.plan.accum
             if step >= steps:  # a position past this corpus's epoch: the next epoch
                 self.position = DataPosition(epoch + 1, 0)
                 continue
@@ -290,9 +300,11 @@ def _micro_batches(plan: StreamPlan, epoch: int, parts: Iterator[_Part], num_par
         seg = torch.cat([p.segment_ids for p in got])
         sources = torch.cat([p.sources for p in got])
         keys = [k for p in got for k in p.keys]
+        generations = [g for p in got for g in p.generations]
         for k in range(plan.accum):
             part = slice(k * m, (k + 1) * m)
-            yield Batch(ids[part], seg[part], keys[part], DataPosition(epoch, step), k, sources[part])
+            yield Batch(ids[part], seg[part], keys[part], DataPosition(epoch, step), k, sources[part],
+                        generations[part])
 
 
 def eval_batches(plan: StreamPlan, num_steps: int, *, prefetch: int = 2) -> Iterator[Batch]:

@@ -159,8 +159,9 @@ def from_hf(disc: dict[str, torch.Tensor], gen: dict[str, torch.Tensor], cfg: Mo
 def export_hf(model: ElectraForPretraining, cfg: ModelConfig, out_dir: str | Path, *,
               tokenizer_dir: str | Path | None = None, lineage: dict | None = None) -> Path:
     """Write ``out_dir/discriminator`` and ``out_dir/generator`` atomically; returns ``out_dir``.
-    ``lineage``: where the run started from (``electra.init_from``), kept in each ``config.json``
-    as ``electra_lineage`` (``transformers`` keeps unknown keys as attributes)."""
+    ``lineage``: where the run started from (``electra.init_from``) and the corpus generations it
+    trained on (``electra.corpus_growth``), kept in each ``config.json`` as ``electra_lineage``
+    (``transformers`` keeps unknown keys as attributes)."""
     out_dir = Path(out_dir)
     tok_files = _tokenizer_files(tokenizer_dir)
     tmp = out_dir.parent / f".{out_dir.name}.tmp-{os.getpid()}"
@@ -214,7 +215,7 @@ def export_checkpoint(step_dir: str | Path, out_dir: str | Path) -> Path:
     model.load_state_dict(state, strict=True)
     tokenizer_dir = run_dir / layout.TOKENIZER
     export_hf(model, cfg.model, out_dir, tokenizer_dir=tokenizer_dir if tokenizer_dir.is_dir() else None,
-              lineage=layout.read_lineage(run_dir))
+              lineage=layout.checkpoint_lineage(step_dir))
     return Path(out_dir)
 
 

@@ -141,6 +141,8 @@ def settle(requested: ElectraConfig, *, config: str, overrides: list[str], init_
     itself keeps the architecture (and a continued schedule) it started with, from its own
     ``config.json``, whether or not ``--init-from`` is given again."""
     started = read_lineage(run_dir) if resuming else None
+    if started is not None and "init_from" not in started:  # only the corpus generations: random weights
+        started = None
     model_user = user_settings(config, overrides, "model")
     if started is not None:
         own = ElectraConfig.from_dict(json.loads((run_dir / layout.CONFIG).read_text()),

@@ -15,7 +15,8 @@ others take (``electra.shared_plan``). The steps:
    setting is an error) and its vocabulary must be the corpus's (``electra.init_from``; checked
    with step 3);
 3. the corpora: manifest, tokenizer (sha256 against the manifest and, when resuming, against the
-   checkpoint); several corpora must share the tokenizer and sequence length, and make up each
+   checkpoint; its data identity on the generations its epochs used, ``electra.corpus_growth``);
+   several corpora must share the tokenizer and sequence length, and make up each
    epoch by ``data.weights`` (``electra.corpus_set``, ``electra.mixture``). The shard check, one
    listing per shard folder shared by the train and validation splits and compared with the
    manifest's names and sizes (``electra.corpus``), runs here on a single process; with several
@@ -67,6 +68,7 @@ from electra import run_layout as layout
 from electra.batch_geometry import BatchGeometry, unfillable
 from electra.config import ElectraConfig, WarmupShare, load_run_config
 from electra.corpus import ShardRef
+from electra.corpus_growth import GenerationRecord, recorded, start_view
 from electra.corpus_set import CorpusSet, ShardCheck, open_corpora
 from electra.init_from import InitSource, check_vocabulary, settle
 from electra.mixture import Mixture
@@ -93,6 +95,7 @@ class RunPlan:
     resume_schedule: bool = False  # load init's optimiser and schedule too (resume is its plan)
     rank: int = 0  # the launcher's RANK: only rank 0 lists the store (module docstring, step 3)
     warmup_from: WarmupShare | None = None  # the config's schedule, when the warm-up was scaled to its share
+    generations: GenerationRecord | None = None  # each epoch's corpus generations so far (electra.corpus_growth)
     # The shard check, once done (here or adopted from rank 0); a box, so the frozen plan can
     # defer it to the first ask.
     _checked: list = dataclasses.field(default_factory=list, repr=False, compare=False)
@@ -165,6 +168,8 @@ def config_hash(cfg: ElectraConfig) -> str:
     keep = {k: d[k] for k in ("model", "objective", "optimizer", "data")}
     if keep["data"].get("weights") is None:  # one corpus: the hash runs of before mixtures saved
         del keep["data"]["weights"]
+    if keep["data"].get("follow_appends", True):  # the default: the hash runs of before appends saved
+        keep["data"].pop("follow_appends", None)
     for key in ("generator_num_heads", "generator_intermediate_size", "generator_num_layers"):
         if keep["model"].get(key) is None:  # derived generator sizes: the hash runs before these keys saved
             keep["model"].pop(key, None)
@@ -298,11 +303,15 @@ def complete_plan(settled: Settled) -> RunPlan:
     vocabulary. One process runs the shard check here too."""
     job, prior, init = settled.job, settled.prior, settled.init
     requested = settled.requested
+    record = recorded(prior, job.corpora)  # the generations its epochs used (electra.corpus_growth)
     corpus = open_corpora(job.corpora, weights=requested.data.weights,
                           tokenizer_sha256=prior.tokenizer_sha256 if prior else None,
                           manifest_sha256=prior.manifest_sha256 if prior else None,
                           data_sha256=prior.data_sha256 if prior and prior.data_sha256 else None,
-                          allow_change=requested.data.allow_corpus_change)
+                          allow_change=requested.data.allow_corpus_change,
+                          generations=record.last if record else None)
+    corpus, record = start_view(corpus, record, epoch=prior.data_position.get("epoch", 0) if prior else 0,
+                                follow=requested.data.follow_appends)
     if init is not None:  # before anything is built: seconds, not a model load
         check_vocabulary(init, corpus_vocabulary(corpus), corpus.primary.root)
     manifest_seq_len = corpus.manifest.seq_len
@@ -315,7 +324,7 @@ def complete_plan(settled: Settled) -> RunPlan:
         log.warning("config differs from the checkpoint's (hash %s -> %s)", prior.config_hash, config_hash(cfg))
     plan = RunPlan(job, settled.run_dir, cfg, corpus, settled.geometry, settled.ds_config, settled.resume_dir,
                    settled.resume, init, init is not None and job.resume_schedule, rank=int(os.environ.get("RANK", "0")),
-                   warmup_from=settled.warmup_from)
+                   warmup_from=settled.warmup_from, generations=record)
     if settled.world_size == 1:  # one process: the check's errors surface here, in seconds
         plan.check_shards()
     return plan

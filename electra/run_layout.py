@@ -9,7 +9,8 @@ so a rename or a new completeness rule cannot leave one of them behind::
         deepspeed_config.json     the DeepSpeed config derived from it
         tokenizer/                the run's copy of the corpus tokenizer (exports read it)
         metrics.jsonl             train/eval/data records (electra.metrics_log)
-        lineage.json              where a run started from with --init-from (electra.init_from)
+        lineage.json              where a run started from with --init-from (electra.init_from), and
+                                  the corpus generations it trained on (electra.corpus_growth)
         hf/                       the final Hugging Face export (discriminator/, generator/)
         eval/step_NNNNNNNN/       fine-tuning results of one checkpoint (cli.evaluate)
         eval/skipped.jsonl        checkpoints the evaluation hand-off gave up on (electra.eval_handoff)
@@ -132,10 +133,33 @@ def read_meta(step_dir: str | Path) -> dict[str, Any]:
 
 
 def read_lineage(run_dir: str | Path) -> dict[str, Any] | None:
-    """A run's ``lineage.json`` (``electra.init_from`` writes it), or None for a run from random
-    weights."""
+    """A run's ``lineage.json``, or None when it has none: where an ``--init-from`` run started
+    (``electra.init_from``, keys ``init_from``, ``kind``, ...) and the corpus generations trained
+    on (``corpora``: location and generations of each, ``electra.corpus_growth``)."""
     path = Path(run_dir) / LINEAGE
     return json.loads(path.read_text()) if path.is_file() else None
+
+
+def checkpoint_lineage(step_dir: str | Path) -> dict[str, Any] | None:
+    """The lineage an export of ``step_dir`` carries: the run's, with the corpus generations that
+    checkpoint had trained on (its ``meta.json``), which an earlier checkpoint may have fewer of."""
+    run_dir = run_dir_of(step_dir)
+    lineage = read_lineage(run_dir) if run_dir is not None else None
+    record = read_meta(step_dir).get("generations") or {}
+    if record.get("epochs"):
+        newest = record["epochs"][-1]["generations"]
+        lineage = {**(lineage or {}), "corpora": [{"location": loc, "generations": list(g)}
+                                                  for loc, g in zip(record["locations"], newest)]}
+    return lineage
+
+
+def update_lineage(run_dir: str | Path, **entries: Any) -> None:
+    """Set ``entries`` in ``lineage.json`` (rank 0), keeping what it holds; replaced whole."""
+    path = Path(run_dir) / LINEAGE
+    record = {**(read_lineage(run_dir) or {}), **entries}
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(record, indent=2) + "\n")
+    tmp.replace(path)
 
 
 @dataclass
@@ -153,6 +177,9 @@ class CheckpointMeta:
     # What the data stream is a function of (seq_len, tokenizer, shard list): resume refuses a
     # corpus that differs in it. "" in checkpoints written before it existed.
     data_sha256: str = ""
+    # The corpus generations each epoch started used (electra.corpus_growth.GenerationRecord);
+    # {} in checkpoints written before corpora grew.
+    generations: dict[str, Any] = field(default_factory=dict)
     saved_at: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
 
     @classmethod

@@ -3,9 +3,11 @@
 With ``data.log_samples=true`` every rank writes ``RUN/samples/rank{R}.jsonl``, one line per
 optimizer step::
 
-    {"step": S, "keys": [[document_uid, ordinal], ...]}
+    {"step": S, "keys": [[document_uid, ordinal], ...], "generation": ["g0", ...]}
 
-listing every example of that rank's micro batches of step ``S`` in the order trained. A run on
+listing every example of that rank's micro batches of step ``S`` in the order trained, and for each
+the corpus generation its shard belongs to (``electra.corpus_growth``: a corpus that grows joins
+the run by generations; lines written before generations lack the field). A run on
 several corpora (``--data A --data B``) writes ``[corpus, document_uid, ordinal]``, ``corpus``
 being the corpus's position in the ``--data`` list (uids are unique within a corpus only). The union
 over ranks of step ``S``'s keys is the global batch of step ``S``, which the elastic sample order
@@ -45,6 +47,15 @@ def read_sample_log(run_dir: str | Path, rank: int) -> dict[int, list[tuple[int,
     return out
 
 
+def read_sample_generations(run_dir: str | Path, rank: int) -> dict[int, list[str]]:
+    """step -> the generation of each example of one rank's log (in the order of its keys)."""
+    out = {}
+    for line in sample_log_path(run_dir, rank).read_text().splitlines():
+        rec = json.loads(line)
+        out[rec["step"]] = list(rec.get("generation", []))
+    return out
+
+
 def cut_sample_log(path: Path, resume_step: int) -> None:
     """Keep the lines of steps up to ``resume_step`` (module docstring)."""
     lines = path.read_text().splitlines(keepends=True)
@@ -76,6 +87,7 @@ class SampleLog:
                  world_size: int | None = None):
         self.enabled = enabled
         self.pending: list[list[int]] = []
+        self.generations: list[str] = []
         self._file = None
         path = sample_log_path(run_dir, rank)
         if path.exists():  # keep the steps up to the resumed one (module docstring)
@@ -87,15 +99,17 @@ class SampleLog:
         path.parent.mkdir(parents=True, exist_ok=True)
         self._file = open(path, "a")
 
-    def add(self, keys: list[tuple[int, ...]]) -> None:
+    def add(self, keys: list[tuple[int, ...]], generations: list[str] | None = None) -> None:
         if self.enabled:
             self.pending.extend([int(x) for x in key] for key in keys)
+            self.generations.extend(generations if generations is not None else [""] * len(keys))
 
     def end_step(self, step: int) -> None:
         if self.enabled:
-            self._file.write(json.dumps({"step": step, "keys": self.pending}) + "\n")
+            record = {"step": step, "keys": self.pending, "generation": self.generations}
+            self._file.write(json.dumps(record) + "\n")
             self._file.flush()
-            self.pending = []
+            self.pending, self.generations = [], []
 
     def close(self) -> None:
         if self._file is not None:

@@ -81,8 +81,17 @@ def main(argv: list[str] | None = None, *, hooks=None) -> int:
         if os.environ.get("RANK", "0") == "0":  # every rank finds the same error: say it once
             print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
-    for phase in PHASES[PHASES.index("prepare") + 1:]:
-        getattr(runner, phase)()
+    from electra.corpus_growth import CorpusGrowthError
+
+    try:
+        for phase in PHASES[PHASES.index("prepare") + 1:]:
+            getattr(runner, phase)()
+    except CorpusGrowthError as exc:  # found at an epoch start, on every rank alike: one line
+        if args.debug:
+            raise
+        if os.environ.get("RANK", "0") == "0":
+            print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 2
     D.shutdown()
     return 0
 

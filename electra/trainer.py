@@ -26,6 +26,10 @@ Numerics: bf16 runs keep fp32 master weights and accumulate and all-reduce gradi
 master weights (``fp32_model``), the same values ``electra.hf_export.export_checkpoint`` reads
 from the checkpoint files, not from the bf16-rounded module.
 
+A corpus that grows joins by generations at epoch starts (``electra.corpus_growth``): the
+stream asks ``_epoch_plan`` for each epoch's plan, and each checkpoint records the generations
+every epoch started used, so a resume replays them.
+
 Test hooks are parameters (``TrainHooks``): a callable after each step and one inside the
 checkpoint commit, so a test kills a run at a chosen step without timing races.
 """
@@ -45,6 +49,7 @@ from electra import data as sdata
 from electra import distributed as D
 from electra import eval_handoff
 from electra import run_layout as layout
+from electra.corpus_growth import CorpusFollower, GenerationRecord, names_of
 from electra.metrics_log import MetricsLog, MetricWindow, peak_flops, train_record
 from electra.pretrain_plan import RunPlan, config_hash
 from electra.sample_log import SampleLog
@@ -88,9 +93,17 @@ class Trainer:
         self.train_plan = self._stream_plan(train_shards, shuffle=True, mixture=train_mixture)
         self.validation_plan = self._stream_plan(validation_shards, shuffle=False)
         data = self.cfg.data
+        # Each epoch's generations of a corpus that grows (electra.corpus_growth), decided as it starts
+        record = plan.generations or GenerationRecord.begin(
+            plan.corpus.locations, start.position.epoch, tuple(names_of(c) for c in plan.corpus.corpora),
+            follow=data.follow_appends, identity=plan.corpus.data_sha256)
+        self.follower = CorpusFollower(plan.corpus, train_shards, train_mixture, record,
+                                       skip_corrupt=data.skip_corrupt)
         self.train_stream = sdata.TrainStream(self.train_plan, num_workers=sdata.loader_workers(data.num_workers),
                                               prefetch=data.prefetch_shards, start=start.position,
-                                              node_cache=data.node_cache)
+                                              node_cache=data.node_cache, plan_for=self._epoch_plan)
+        if self.rank0:
+            layout.update_lineage(self.run_dir, corpora=record.lineage())
         self.metrics = MetricsLog(self.run_dir, enabled=self.rank0, resume_step=self.step)
         self.samples = SampleLog(self.run_dir, dist.rank, enabled=self.cfg.data.log_samples,
                                  resume_step=self.step, world_size=dist.world_size)
@@ -101,6 +114,15 @@ class Trainer:
                                 world_size=self.dist.world_size, seed=cfg.train.seed,
                                 shuffle_block=cfg.data.shuffle_buffer, streams=cfg.data.streams, shuffle=shuffle,
                                 mixture=mixture)
+
+    def _epoch_plan(self, epoch: int) -> sdata.StreamPlan:
+        """The train plan of ``epoch``, at its start: another one when generations joined."""
+        if self.follower.advance(epoch):
+            f = self.follower
+            self.train_plan = self._stream_plan(f.train, shuffle=True, mixture=f.mixture)
+            if self.rank0:
+                layout.update_lineage(self.run_dir, corpora=f.record.lineage())
+        return self.train_plan
 
     def run(self) -> None:
         cfg, max_steps = self.cfg, self.cfg.max_steps
@@ -143,7 +165,7 @@ class Trainer:
                         "the evaluate-new-checkpoints scan catches up)")
 
     def _micro_step(self, batch: sdata.Batch, window: MetricWindow, *, want_norm: bool = False) -> None:
-        self.samples.add(batch.keys)
+        self.samples.add(batch.keys, batch.generations)
         dev = self.engine.device
         out = self.engine(batch.input_ids.to(dev, non_blocking=True), batch.segment_ids.to(dev, non_blocking=True))
         self.engine.backward(out.loss)
@@ -190,9 +212,11 @@ class Trainer:
     def save(self, wall_time: float) -> Path:
         meta = layout.CheckpointMeta(
             step=self.step, tokens_seen=self.tokens_seen, data_position=self.train_stream.position.to_dict(),
-            manifest_sha256=self.corpus.manifest_sha256, tokenizer_sha256=self.corpus.tokenizer_sha256,
-            data_sha256=self.corpus.data_sha256, config_hash=config_hash(self.cfg), wall_time=wall_time,
-            world_size=self.dist.world_size, global_batch_size=self.plan.geometry.global_batch)
+            manifest_sha256=self.follower.corpus.manifest_sha256, tokenizer_sha256=self.corpus.tokenizer_sha256,
+            # the identity of the newest generations its epochs used (electra.corpus_growth)
+            data_sha256=self.follower.record.identity, config_hash=config_hash(self.cfg), wall_time=wall_time,
+            world_size=self.dist.world_size, global_batch_size=self.plan.geometry.global_batch,
+            generations=self.follower.record.to_dict())
         before = self.hooks.before_commit
         hook = (lambda step=self.step: before(step)) if before is not None else None
         path = ckpt.save_checkpoint(self.engine, self.run_dir, meta, rank=self.dist.rank,

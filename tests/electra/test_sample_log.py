@@ -65,3 +65,16 @@ def test_a_resume_on_more_ranks_keeps_every_earlier_step(tmp_path):
         SampleLog(tmp_path, r, enabled=True, resume_step=3, world_size=2).close()
     assert sorted(read_sample_log(tmp_path, 0)) == [1, 2, 3]
     assert sample_log_path(tmp_path, 1).read_text() == ""  # a new rank's log starts empty
+
+
+def test_each_record_names_the_generation_of_each_example(tmp_path):
+    from electra.sample_log import read_sample_generations
+
+    log = SampleLog(tmp_path, 0, enabled=True)
+    log.add([(1, 0), (2, 0)], ["g0", "g1"])
+    log.add([(3, 1)])  # a batch without generations (none known): named ""
+    log.end_step(1)
+    log.close()
+    rec = json.loads(sample_log_path(tmp_path, 0).read_text())
+    assert rec == {"step": 1, "keys": [[1, 0], [2, 0], [3, 1]], "generation": ["g0", "g1", ""]}
+    assert read_sample_generations(tmp_path, 0) == {1: ["g0", "g1", ""]}

@@ -214,7 +214,7 @@ def test_the_manifest_sha256_is_of_the_bytes_the_build_read(runs):
 
 
 def test_the_protected_set_is_built_once_per_build(runs):
-    order = ["ingest", "filter", "exact_dedup", "near_dedup", "tokenizer", "pack", "shard"]
+    order = ["ingest", "filter", "exact_dedup", "near_dedup", "index", "tokenizer", "pack", "shard"]
     assert runs["plan1"] == order and runs["calls1"] == 1
     assert runs["calls_args"] == [([str(runs["inp"]["glue"]), str(runs["inp"]["squad"])], 13)]
     # Same inputs, published: nothing to run, nothing built, the same manifest.
