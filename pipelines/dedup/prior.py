@@ -32,7 +32,7 @@ import pyarrow as pa
 from common import storage
 from pipelines.config import DedupConfig, ShuffleConfig
 from pipelines.dedup.candidates import sketch_bytes, sketch_matrix
-from pipelines.dedup.corpus_index import GenerationIndex, key_rows
+from pipelines.dedup.corpus_index import CorpusIndexError, GenerationIndex, key_rows
 from pipelines.dedup.near import estimated_jaccard
 from pipelines.engine.parts import Parts
 from pipelines.engine.shuffle import PART, default_ranges, hash_partition, reduce, shuffle
@@ -65,8 +65,10 @@ def _probe(table: pa.Table, *, partition: int, kind: str, priors: list[Generatio
         oaux = old.column("h1").to_numpy() if kind == "exact" else np.zeros(len(okey), np.int64)
         ouid = old.column("uid").to_numpy()
         lo, hi = np.searchsorted(okey, key, "left"), np.searchsorted(okey, key, "right")  # parts are sorted by key
-        rows = np.repeat(np.arange(len(key)), hi - lo)
-        at = np.concatenate([np.arange(a, b) for a, b in zip(lo, hi)]) if len(rows) else np.zeros(0, np.int64)
+        counts = hi - lo
+        rows = np.repeat(np.arange(len(key)), counts)
+        # the index rows lo[i] .. hi[i] - 1 of every new row i, in one pass
+        at = np.repeat(lo, counts) + np.arange(len(rows)) - np.repeat(np.cumsum(counts) - counts, counts)
         hit = oaux[at] == aux[rows]
         rows, at = rows[hit], at[hit]
         out.append({"row": rows, "v": ouid[at], "g": np.full(len(rows), g.number, np.int64)})
@@ -86,12 +88,12 @@ def _resolve(prior: GenerationIndex, part: int, v: np.ndarray, sketches: np.ndar
     old document's id."""
     docs, read = prior.read("docs", part)
     if docs is None:
-        raise RuntimeError(f"{prior.folder}: generation {prior.number}'s index has no docs part {part} for uid {v[0]}")
+        raise CorpusIndexError(f"{prior.folder}: generation {prior.number}'s index has no docs part {part} for uid {v[0]}")
     duid = docs.column("uid").to_numpy()
     at = np.searchsorted(duid, v)
     at = np.minimum(at, len(duid) - 1)
     if (duid[at] != v).any():
-        raise RuntimeError(f"{prior.folder}: uid {v[duid[at] != v][0]} is in the index's keys but not its docs")
+        raise CorpusIndexError(f"{prior.folder}: uid {v[duid[at] != v][0]} is in the index's keys but not its docs")
     ids = [docs.column("id")[int(i)].as_py() for i in at]
     if threshold is None or sketches.shape[1] == 0:
         return np.ones(len(v), bool), ids, read
@@ -139,17 +141,19 @@ def prior_matches(parts: Parts, priors: list[GenerationIndex], cfg: DedupConfig,
     first = np.sort(first)
     u, v, g, sketch = u[first], v[first], g[first], sketch[first]
     by_number = {p.number: p for p in priors}
-    groups: dict[tuple[int, int], list[int]] = defaultdict(list)
-    for i, (gi, vi) in enumerate(zip(g.tolist(), v.tolist())):
-        prior = by_number[gi]
-        groups[(gi, int(hash_partition(np.array([vi]), prior.partitions)[0]))].append(i)
+    groups: dict[tuple[int, int], np.ndarray] = {}
+    for gi, prior in by_number.items():  # by (generation, the old document's docs part)
+        mine = np.flatnonzero(g == gi)
+        part = hash_partition(v[mine], prior.partitions)
+        for q in np.unique(part):
+            groups[(gi, int(q))] = mine[part == q]
     resolve = ray.remote(_resolve)
     futures = {key: resolve.remote(by_number[key[0]], key[1], v[idx], sketch[idx], cfg.jaccard_threshold)
                for key, idx in groups.items()}
     ok = np.zeros(len(u), bool)
     ids = np.full(len(u), "", object)
     for key, fut in futures.items():
-        idx = np.asarray(groups[key])
+        idx = groups[key]
         good, names, n = ray.get(fut)
         ok[idx], ids[idx] = good, names
         read += n
