@@ -174,6 +174,8 @@ def collect_garbage(build: CorpusBuild, keep: list[schema.Manifest]) -> list[str
     folders = set().union(*(m.referenced_folders() for m in keep))
     lists = {m.rejected_index.path for m in keep if m.rejected_index is not None}
     stage_lists = {r.path for m in keep for r in m.rejected_lists}
+    prior = getattr(build, "prior", None)  # an append: the corpus it grows
+    settled = prior.manifest.referenced_folders() if prior is not None else set()
     removed = []
     for name in storage.listdir(build.out):  # rejected-part lists of superseded builds
         if name.startswith("rejected-") and name.endswith(".json") and name not in lists:
@@ -189,6 +191,8 @@ def collect_garbage(build: CorpusBuild, keep: list[schema.Manifest]) -> list[str
                 storage.remove(storage.join(build.work, stage, "_SUCCESS"))
                 storage.remove(storage.join(build.out, rel), recursive=True)
                 removed.append(rel)
+            elif top == schema.REJECTED_DIR and rel in settled:
+                continue  # an earlier generation's, swept when the manifest that added it was published
             elif top == schema.REJECTED_DIR:  # what a killed attempt left beside the listed parts
                 try:
                     listed = {r.path for m in keep for r in schema.read_rejected(build.out, m, folder=rel)}  # this folder's only
