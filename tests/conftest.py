@@ -42,6 +42,19 @@ def pytest_sessionstart(session):
                 pass
 
 
+@pytest.fixture(autouse=True)
+def _fresh_s3_clients():
+    """Every test starts with no cached S3 filesystem. fsspec caches them by their arguments, not
+    by the environment, and each keeps the endpoint it was made with: a test (or a benchmark run in
+    process) that pointed ``AWS_ENDPOINT_URL`` at a proxy of its own for a while left a client to a
+    closed port behind, and a later test's first request was refused (a CI run's last test)."""
+    import sys
+
+    yield
+    if "s3fs" in sys.modules:
+        sys.modules["s3fs"].S3FileSystem.clear_instance_cache()
+
+
 @pytest.fixture(scope="session")
 def ray_local(s3_server):
     """A local 2-CPU Ray cluster shared by every test that asks for it.
@@ -68,9 +81,10 @@ class S3Server:
     """A real S3-API server (moto's standalone server) on loopback, as s3fs's own tests use.
 
     One per test process, for the whole session. A server that has exited by the time a test asks
-    for a bucket (a CI run once found it gone after 30 min, cause unseen) is started again on the
-    same port, so the session's ``AWS_ENDPOINT_URL`` still reaches it, with a warning naming its
-    exit status and its log's last lines: every test makes its own buckets, so nothing is lost.
+    for a bucket is started again on the same port, so the session's ``AWS_ENDPOINT_URL`` still
+    reaches it, with a warning naming its exit status and its log's last lines: every test makes
+    its own buckets, so nothing is lost. Buckets are made through a client of this endpoint, never
+    a cached one (``_fresh_s3_clients``).
     """
 
     def __init__(self, port: int, log_path):
@@ -119,7 +133,8 @@ class S3Server:
         self.alive()
         self._made += 1
         name = f"{prefix}{self._made}-{os.getpid()}"
-        fsspec.filesystem("s3", use_listings_cache=False).mkdir(name)
+        fsspec.filesystem("s3", use_listings_cache=False, skip_instance_cache=True,
+                          endpoint_url=self.endpoint).mkdir(name)
         return f"s3://{name}"
 
     def stop(self) -> None:
