@@ -101,7 +101,8 @@ def key_rows(batch: dict[str, np.ndarray], *, cfg: DedupConfig, exact: bool, nea
     return out
 
 
-def _binary(rows: np.ndarray) -> pa.Array:
+def binary_rows(rows: np.ndarray) -> pa.Array:
+    """The rows of a 2-D uint8 array as a variable-width binary column (each row one value)."""
     width = rows.shape[1] if rows.ndim == 2 else 0
     offsets = np.arange(len(rows) + 1, dtype=np.int32) * width
     return pa.BinaryArray.from_buffers(pa.binary(), len(rows),
@@ -129,7 +130,7 @@ def index_rows(batch: dict[str, np.ndarray], *, cfg: DedupConfig, partitions: in
     return pa.table({"kind": np.concatenate(cols["kind"]), "key": np.concatenate(cols["key"]),
                      "aux": np.concatenate(cols["aux"]), "uid": np.concatenate(cols["uid"]),
                      "id": pa.array(np.concatenate(cols["id"]).tolist(), pa.string()),
-                     "sketch": _binary(np.concatenate(cols["sketch"])), PART: np.concatenate(cols[PART])})
+                     "sketch": binary_rows(np.concatenate(cols["sketch"])), PART: np.concatenate(cols[PART])})
 
 
 def _columns(kind: str, table: pa.Table) -> pa.Table:

@@ -32,7 +32,7 @@ import pyarrow as pa
 from common import storage
 from pipelines.config import DedupConfig, ShuffleConfig
 from pipelines.dedup.candidates import sketch_bytes, sketch_matrix
-from pipelines.dedup.corpus_index import CorpusIndexError, GenerationIndex, key_rows
+from pipelines.dedup.corpus_index import CorpusIndexError, GenerationIndex, binary_rows, key_rows
 from pipelines.dedup.near import estimated_jaccard
 from pipelines.engine.parts import Parts
 from pipelines.engine.shuffle import PART, default_ranges, hash_partition, reduce, shuffle
@@ -41,12 +41,9 @@ def _probe_rows(batch: dict[str, np.ndarray], *, cfg: DedupConfig, kind: str, pa
     got = key_rows(batch, cfg=cfg, exact=kind == "exact", near=kind == "bands", with_id=False)
     r = got[kind]
     sketch = got["docs"]["sketch"][r["row"]] if kind == "bands" else np.zeros((len(r["key"]), 0), np.uint8)
-    width = sketch.shape[1]
-    offsets = np.arange(len(sketch) + 1, dtype=np.int32) * width
     return pa.table({"key": np.asarray(r["key"], np.int64), "aux": np.asarray(r["aux"], np.int64),
                      "uid": np.asarray(r["uid"], np.int64), "file": np.asarray(r["file"], np.int64),
-                     "sketch": pa.BinaryArray.from_buffers(pa.binary(), len(sketch), [
-                         None, pa.py_buffer(offsets), pa.py_buffer(np.ascontiguousarray(sketch))]),
+                     "sketch": binary_rows(sketch),
                      PART: hash_partition(np.asarray(r["key"], np.int64), partitions)})
 
 
