@@ -39,8 +39,9 @@ import time
 import urllib.parse
 import urllib.request
 from collections import Counter
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
@@ -267,6 +268,27 @@ def stop(proc: subprocess.Popen) -> None:
         proc.kill()
         proc.wait()
 
+
+@contextmanager
+def pointed_at(env: dict[str, str]) -> Iterator[None]:
+    """This process's store variables set to ``env`` for the block, then restored, and s3fs's
+    cached clients dropped both ways (each keeps the endpoint it was made with). A benchmark run
+    inside a test session must not leave ``AWS_ENDPOINT_URL`` at a proxy it has stopped: every
+    later test of that process would meet a closed port."""
+    import s3fs
+
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    s3fs.S3FileSystem.clear_instance_cache()
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        s3fs.S3FileSystem.clear_instance_cache()
 
 class CountingS3:
     """moto + ``CountingProxy``, as a context: ``env`` holds the ``AWS_*`` variables pointing at

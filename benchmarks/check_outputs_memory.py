@@ -53,18 +53,15 @@ def main() -> int:
     p.add_argument("--objects", default="1000,2000,4000,8000")
     p.add_argument("--group", type=int, default=500)
     args = p.parse_args()
-    from benchmarks._counting_s3 import CountingS3
+    from benchmarks._counting_s3 import CountingS3, pointed_at
 
     cpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
     model = next((ln.split(":", 1)[1].strip() for ln in cpu.splitlines() if ln.startswith("Model name")), "?")
     print(f"CPU: {model}; load average {os.getloadavg()}", flush=True)
     sizes = sorted(int(x) for x in args.objects.split(","))
-    with CountingS3() as s3:
-        os.environ.update(s3.env)
+    with CountingS3() as s3, pointed_at(s3.env):
         import fsspec
-        import s3fs
 
-        s3fs.S3FileSystem.clear_instance_cache()
         root = s3.bucket("check-outputs") + "/stage/data"
         fs = fsspec.filesystem("s3", use_listings_cache=False)
         all_names, have = names(max(sizes)), 0

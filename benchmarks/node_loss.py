@@ -204,17 +204,13 @@ def measure(kill_points: list[str], *, whole_stage: bool = False, num_docs: int 
             tmp: Path | None = None) -> dict[str, Any]:
     """The clean build, then each kill point (and its whole-stage emulation with
     ``whole_stage``), each on a fresh cluster; returns the runs and ``redone`` per kill."""
-    from benchmarks._counting_s3 import CountingS3
+    from benchmarks._counting_s3 import CountingS3, pointed_at
     from synthetic import prose
 
     own = tmp is None
     tmp = Path(tempfile.mkdtemp(prefix="node_loss_")) if own else tmp
     try:
-        with CountingS3(tmp / "moto.log") as s3:
-            os.environ.update(s3.env)  # this process writes the sources through the proxy
-            import s3fs
-
-            s3fs.S3FileSystem.clear_instance_cache()
+        with CountingS3(tmp / "moto.log") as s3, pointed_at(s3.env):  # sources written through the proxy
             from common import storage
 
             bucket = s3.bucket("nodeloss")

@@ -42,17 +42,71 @@ def pytest_sessionstart(session):
                 pass
 
 
+STORE_VARIABLES = ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION",
+                   "AWS_MAX_ATTEMPTS", "ELECTRA_STORE_RETRY_SECONDS")
+
+
 @pytest.fixture(autouse=True)
 def _fresh_s3_clients():
-    """Every test starts with no cached S3 filesystem. fsspec caches them by their arguments, not
-    by the environment, and each keeps the endpoint it was made with: a test (or a benchmark run in
-    process) that pointed ``AWS_ENDPOINT_URL`` at a proxy of its own for a while left a client to a
-    closed port behind, and a later test's first request was refused (a CI run's last test)."""
+    """Every test starts with no cached S3 filesystem and leaves the store variables as it found
+    them. fsspec caches filesystems by their arguments, not by the environment, and each keeps the
+    endpoint it was made with; and a benchmark run in process that pointed ``AWS_ENDPOINT_URL`` at
+    a proxy of its own and never set it back sent every later test of that process to a closed
+    port (twice the CI run's last tests, refused for their whole retry budget). A test that changes
+    one without restoring it errors here, naming it; the value is restored for the tests after."""
     import sys
 
+    _endpoint_answers()
+    before = {k: os.environ.get(k) for k in STORE_VARIABLES}
     yield
     if "s3fs" in sys.modules:
         sys.modules["s3fs"].S3FileSystem.clear_instance_cache()
+    session = _SESSION.get("env", {})  # the session server's values, set up during this test: kept
+    changed = {k: (v, os.environ.get(k)) for k, v in before.items()
+               if os.environ.get(k) != v and not (v is None and os.environ.get(k) == session.get(k))}
+    for k, (v, _) in changed.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+    if changed:
+        pytest.fail("the test left store variables changed (restored now): "
+                    + ", ".join(f"{k} {v!r} -> {now!r}" for k, (v, now) in changed.items())
+                    + "; use monkeypatch.setenv or benchmarks._counting_s3.pointed_at", pytrace=False)
+
+
+_SESSION: dict = {}  # the session's S3 server and the store variables it set (``s3_server``)
+
+
+def _endpoint_answers() -> None:
+    """A test must not start with ``AWS_ENDPOINT_URL`` at a closed port: a fixture (module or
+    session scope, which the per-test check after the test cannot see) that left it at a proxy it
+    stopped fails the next test at once, named, instead of making it retry for five minutes. The
+    session's own server, found dead, is started again (``S3Server.alive``)."""
+    import socket
+    import urllib.parse
+
+    url = os.environ.get("AWS_ENDPOINT_URL")
+    if not url:
+        return
+    server = _SESSION.get("server")
+    if server is not None and url == server.endpoint:
+        server.alive()
+        return
+    parts = urllib.parse.urlsplit(url)
+    if parts.hostname not in ("127.0.0.1", "localhost"):
+        return
+    try:
+        socket.create_connection((parts.hostname, parts.port or 80), timeout=5).close()
+    except OSError:
+        for k in STORE_VARIABLES:
+            if k in _SESSION.get("env", {}):
+                os.environ[k] = _SESSION["env"][k]
+            else:
+                os.environ.pop(k, None)
+        pytest.fail(f"AWS_ENDPOINT_URL={url} refuses connections: an earlier test or fixture pointed it at "
+                    "a server it stopped and never set it back (the session's values are restored now)",
+                    pytrace=False)
 
 
 @pytest.fixture(scope="session")
@@ -159,6 +213,7 @@ def s3_server(tmp_path_factory):
            "AWS_DEFAULT_REGION": "us-east-1"}
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
+    _SESSION.update(server=server, env=env)
     try:
         yield server
     finally:
@@ -167,4 +222,5 @@ def s3_server(tmp_path_factory):
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+        _SESSION.clear()
         server.stop()
