@@ -278,10 +278,13 @@ def per_size(proxy: CountingProxy, work: Path, bucket: str, shard_counts: list[i
     from common import storage
     from tests.electra._corpus import upload_corpus, write_tiny_corpus
 
-    rows = []
+    rows, first = [], None
     for shards in shard_counts:
-        local = write_tiny_corpus(work / f"size-{shards}", seq_len=32,
+        # one tokenizer for all sizes (training one is not bitwise reproducible): the sizes then
+        # differ by their shards alone, and rank 1's bytes by the manifest's growth exactly
+        local = write_tiny_corpus(work / f"size-{shards}", seq_len=32, tokenizer_from=first,
                                   train_shards=(shard_examples(shards),) * shards, validation_shards=(4, 4))
+        first = first or local
         loc = upload_corpus(local, f"{bucket}/size-{shards}")
         manifest = storage.size(f"{loc}/manifest.json")
         for world in worlds:
