@@ -48,6 +48,19 @@ budget can be overrun by one attempt (``AWS_MAX_ATTEMPTS``/``AWS_RETRY_MODE`` tu
 share). The budget is wall time, not a count: what a build needs is to ride out an outage of
 some length, whatever the latency of each request. Retrying a write re-sends it whole, which
 is safe because every write here is one idempotent PUT of a complete object.
+
+Counts above this layer. What retries a whole operation (a stage attempt:
+``pipelines.orchestration.runner``; a shard read from its start: ``electra.corpus.read_shard``; a
+Ray task: the shuffle's map files, the tokenizer's training; a Prefect task: the publish, an
+evaluation unit) sees the store fail only as ``StoreUnavailableError``, after a whole budget
+without progress: a store that fails a share of all requests but answers the rest is ridden out
+here, however long (``S3Proxy.chaos`` in the tests: 15% 503, 3% dropped, cut and stalled reads),
+and what those layers count is outages. Where the operation is long and keeps what it did (a
+stage's journalled blocks, a read's position), outages spread over hours of progress could still
+use a count up, so an attempt that got further than every one before it starts the count again:
+``n`` attempts from the last progress, and since progress is finite, the retries end. Where the
+operation is short or keeps nothing (one map file, a tokenizer, the publish, a unit), a plain
+count stays: ``n`` failures there are ``n`` budgets without progress.
 """
 from __future__ import annotations
 

@@ -40,6 +40,7 @@ fills through ``copy_to`` with exactly the bytes it verified.
 """
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import posixpath
@@ -60,7 +61,7 @@ log = logging.getLogger(__name__)
 # Ranged-GET size on object stores. Shards are read front to back once, so large blocks mean few
 # requests; 16 MiB stays small next to the decoded shard it becomes.
 READ_BLOCK = 16 << 20
-READ_ATTEMPTS = 3
+READ_ATTEMPTS = 3  # failed reads in a row that got no further than an earlier one (read_shard)
 RETRY_PAUSE_S = 1.0
 
 
@@ -225,27 +226,36 @@ def read_shard(shard: ShardRef, *, attempts: int = READ_ATTEMPTS, copy_to: Binar
 
     ``common.storage`` already retries transient store errors inside the read (and raises
     ``StoreUnavailableError`` when the store stays down: passed on as it is). Any other failing
-    read (an ``OSError`` other than a missing object) is retried from the start, ``attempts``
-    times with a growing pause, then raised as ``ShardReadError`` naming the shard; a missing or
-    altered shard is never retried. ``copy_to`` (a seekable binary file, emptied before each
+    read (an ``OSError`` other than a missing object) is retried from the start with a growing
+    pause, until ``attempts`` reads in a row failed without getting further into the shard than
+    an earlier one (``common.retry``'s rule for counts: a read that got further starts the count
+    again, so a store failing a share of requests cannot use the count up on a long shard that
+    keeps advancing), then raised as ``ShardReadError`` naming the shard; a missing or altered
+    shard is never retried. ``copy_to`` (a seekable binary file, emptied before each
     attempt) receives the bytes as they stream, so a caller keeps a copy of exactly what was
     verified (``electra.node_cache``); a failed write to it raises ``CopyWriteError``, never retried.
     """
-    for attempt in range(1, attempts + 1):
+    stalled = best = 0  # failed reads in a row without progress; the furthest byte a read reached
+    for attempt in itertools.count(1):
+        reached = [0]
         try:
             if copy_to is not None:
                 copy_to.seek(0)
                 copy_to.truncate()
-            return _read_verified(shard, copy_to)
+            return _read_verified(shard, copy_to, reached)
         except storage.MissingObject as exc:
             raise CorruptShardError(f"{shard.uri}: missing (deleted after the manifest was written)") from exc
         except storage.StoreUnavailableError:
             raise
         except OSError as exc:
-            if attempt == attempts:
-                raise ShardReadError(f"{shard.uri}: read failed {attempts} times ({exc!r})") from exc
-            log.warning("%s: read failed (%r); retrying (%d of %d)", shard.uri, exc, attempt + 1, attempts)
-            time.sleep(RETRY_PAUSE_S * 2 ** (attempt - 1))
+            stalled = 1 if reached[0] > best else stalled + 1
+            best = max(best, reached[0])
+            if stalled >= attempts:
+                raise ShardReadError(f"{shard.uri}: read failed {attempt} times (the last {stalled} got no further "
+                                     f"than byte {best}): {exc!r}") from exc
+            log.warning("%s: read failed at byte %d (%r); retrying (%d of %d)", shard.uri, reached[0], exc,
+                        stalled + 1, attempts)
+            time.sleep(RETRY_PAUSE_S * 2 ** min(stalled - 1, 4))
     raise AssertionError("unreachable")
 
 
@@ -286,9 +296,16 @@ class _Counting:
             pass
 
 
-def _read_verified(shard: ShardRef, copy_to: BinaryIO | None = None) -> schema.Examples:
+def _read_verified(shard: ShardRef, copy_to: BinaryIO | None = None, reached: list[int] | None = None
+                   ) -> schema.Examples:
+    """``reached[0]``: set to the bytes read when the read ends, failed or not (``read_shard``'s progress)."""
     with storage.open_input(shard.uri, block_size=READ_BLOCK) as raw:
-        return _parse_checked(HashingReader(raw if copy_to is None else _Copying(raw, copy_to)), shard)
+        reader = HashingReader(raw if copy_to is None else _Copying(raw, copy_to))
+        try:
+            return _parse_checked(reader, shard)
+        finally:
+            if reached is not None:
+                reached[0] = reader.bytes_read
 
 
 def parse_verified_copy(stream: IO[bytes], shard: ShardRef) -> schema.Examples:

@@ -36,6 +36,7 @@ def run_stage(build: CorpusBuild, name: str):
     return build.run_stage(name)
 
 
+# A plain count: the store's failures reach it only as whole retry budgets without progress (common.retry).
 @task(name="publish", retries=2, retry_delay_seconds=5, **_task)
 def publish(build: CorpusBuild):
     return build.publish()

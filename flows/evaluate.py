@@ -94,6 +94,8 @@ def _retry_on_io(task_obj, task_run, state) -> bool:
     return isinstance(getattr(state, "data", None), OSError)
 
 
+# A plain count: the store's failures reach a unit only as whole retry budgets without progress
+# (common.retry), and a unit retried keeps nothing of the failed try.
 @task(retries=2, retry_delay_seconds=2, retry_condition_fn=_retry_on_io, cache_policy=NO_CACHE,
       task_run_name="{unit.task}")
 def unit_task(context: UnitContext, unit: Unit, slot: int = 0) -> dict:

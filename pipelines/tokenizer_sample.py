@@ -143,6 +143,7 @@ def train_and_measure(sample: Parts, cfg: TokenizerConfig, out_dir: str, *,
     per_node = [int(n["Resources"].get("CPU", 0)) for n in ray.nodes() if n.get("Alive")]
     threads = max(1, min(MAX_THREADS, max(per_node, default=1)))
     env = {"RAYON_NUM_THREADS": str(threads), "TOKENIZERS_PARALLELISM": "true" if threads > 1 else "false"}
+    # A plain count: a StorageError here is a whole retry budget without progress (common.retry).
     task = ray.remote(_train).options(num_cpus=threads, max_retries=2, retry_exceptions=[storage.StorageError],
                                       runtime_env={"env_vars": env})
     return ray.get(task.remote(sample, cfg, out_dir, int(measure_bytes)))

@@ -15,9 +15,22 @@ except where a rule applies. Rules are set at runtime, from the test's thread, w
 * ``cut``: a GET to a matching key gets its headers and part of its body, then the connection
   closes (an incomplete read, what a dropped connection looks like mid-stream).
 * ``reset``: a request to a matching key is read, then the connection closes with no answer.
+* ``chaos``: a store that keeps failing a share of all requests, for as long as it is set (a soak:
+  S3 throttling a busy prefix, a load balancer dropping connections, a flaky network path). Each
+  request takes one draw from ``random.Random(seed)`` (under the lock, so the sequence of
+  outcomes is fixed by the seed; which request gets which depends on the order concurrent ones
+  arrive in): ``slowdown`` (503 SlowDown), ``reset`` (read, then closed unanswered), ``cut`` (GET:
+  the headers with the full Content-Length, part of the body, closed) or ``stall`` (GET: headers
+  and part of the body, then silence for ``stall_s`` before the close: a client read timeout when
+  longer than the client's; ``stalls`` caps them, since each costs that timeout), else forwarded.
+  The rest of the same draw says where in the body a cut or stall stops. A cut or stall drawn by
+  a request with no body to cut (HEAD, PUT) falls on the next GET, so how many there are depends
+  on the seed and the number of requests, not on the order methods arrive in. It models
+  independent failures at a steady rate, not outages (``slowdown`` windows) or a bad key.
 
 Keys are matched (``re.search``) against the decoded path, ``/bucket/key`` (clients address a
-loopback endpoint path-style). ``counts`` says how many requests each rule refused or altered;
+loopback endpoint path-style). ``counts`` says how many requests each outcome had (the rule that
+refused or altered them, or ``forward``: passed on unchanged);
 ``log`` lists ``(method, path, outcome)`` of every request. Bodies are buffered whole: this is
 for tests, not throughput.
 """
@@ -25,6 +38,7 @@ from __future__ import annotations
 
 import http.client
 import http.server
+import random
 import re
 import threading
 import time
@@ -86,6 +100,38 @@ class _KeyRule:
 
 
 @dataclass
+class _Chaos:
+    """The ``chaos`` rule: shares of requests per outcome, drawn from one seeded generator."""
+    rng: random.Random
+    shares: tuple[tuple[str, float], ...]  # (outcome, probability), tried in this order
+    stall_s: float
+    stalls: int | None
+    keys: re.Pattern | None
+    stalled: int = 0  # stalls drawn (capped by ``stalls``)
+    owed: list[tuple[str, float]] = field(default_factory=list)  # cuts and stalls for the next GETs
+
+    def draw(self, method: str, path: str) -> tuple[str, float | None]:
+        """(outcome, where in the body a cut or stall stops, as a fraction of it)."""
+        if self.keys is not None and not self.keys.search(path):
+            return "forward", None
+        u, outcome, frac = self.rng.random(), "forward", None
+        for name, p in self.shares:
+            if u < p:
+                outcome, frac = name, (u / p if name in ("cut", "stall") else None)
+                break
+            u -= p
+        if outcome == "stall" and self.stalls is not None and self.stalled >= self.stalls:
+            outcome, frac = "forward", None
+        self.stalled += outcome == "stall"
+        if outcome in ("cut", "stall") and method != "GET":  # no body to cut short (HEAD), or sent (PUT)
+            self.owed.append((outcome, frac))
+            outcome, frac = "forward", None
+        if outcome == "forward" and method == "GET" and self.owed:
+            outcome, frac = self.owed.pop(0)
+        return outcome, frac
+
+
+@dataclass
 class _Rules:
     windows: list[Window] = field(default_factory=list)
     deny: list[_KeyRule] = field(default_factory=list)
@@ -93,6 +139,7 @@ class _Rules:
     misreport: list[_KeyRule] = field(default_factory=list)
     cut: list[_KeyRule] = field(default_factory=list)
     reset: list[_KeyRule] = field(default_factory=list)
+    chaos: _Chaos | None = None
 
 
 class S3Proxy:
@@ -163,6 +210,17 @@ class S3Proxy:
     def reset(self, key: str, *, times: int | None = None) -> None:
         self._add("reset", _KeyRule(re.compile(key), times))
 
+    def chaos(self, *, seed: int = 0, slowdown: float = 0.15, drop: float = 0.03, cut: float = 0.01,
+              stall: float = 0.0, stall_s: float = 20.0, stalls: int | None = None, keys: str | None = None) -> None:
+        """From now until ``clear``, each request (to a key matching ``keys``; None: all) fails at
+        random (module docstring): ``slowdown`` 503s, ``drop`` resets, ``cut`` and ``stall`` GETs."""
+        shares = (("slowdown", slowdown), ("reset", drop), ("cut", cut), ("stall", stall))
+        if any(p < 0 for _, p in shares) or sum(p for _, p in shares) > 1:
+            raise ValueError(f"chaos shares {dict(shares)}: each must be >= 0 and their sum <= 1")
+        rule = _Chaos(random.Random(seed), shares, stall_s, stalls, re.compile(keys) if keys else None)
+        with self._lock:
+            self._rules.chaos = rule
+
     def clear(self) -> None:
         with self._lock:
             self._rules = _Rules()
@@ -192,6 +250,8 @@ class S3Proxy:
                 outcome, arg = "misreport", rule.arg
             elif method == "GET" and (rule := next((r for r in self._rules.cut if r.take(path)), None)):
                 outcome, arg = "cut", rule.arg
+            elif self._rules.chaos is not None:
+                outcome, arg = self._rules.chaos.draw(method, path)
             self.counts[outcome] += 1
             self.log.append((method, path, outcome))
             return outcome, arg
@@ -271,14 +331,17 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 self.send_header("Content-Length", str(length))
             self.end_headers()
             return
-        if outcome == "cut":
+        if outcome in ("cut", "stall"):
             self.send_response(resp.status)
             for k, v in out:
                 self.send_header(k, v)
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
-            self.wfile.write(data[:arg])
+            # ``cut(after=)`` gives a byte count; ``chaos`` a fraction of the body (always short of it).
+            self.wfile.write(data[:arg if isinstance(arg, int) else int(len(data) * arg)])
             self.wfile.flush()
+            if outcome == "stall":
+                time.sleep(self.proxy._rules.chaos.stall_s if self.proxy._rules.chaos else 0)
             self.close_connection = True
             return
         self._reply(resp.status, data, out)

@@ -190,6 +190,8 @@ def shuffle(ds: Any, *, partitions: int, folder: str, file_bytes: int = FILE_BYT
     target = map_file_bytes(file_bytes, ranges, slice_bytes)
     streamed = target > file_bytes  # larger than a map task sorts in memory
     task = stream_map_file if streamed else write_map_files
+    # A plain count (common.retry, "Counts above this layer"): a task fails with a StorageError only
+    # after a whole retry budget without progress, and one map file keeps nothing from a failed try.
     writer = ray.remote(task).options(max_retries=3, retry_exceptions=[storage.StorageError])
     # each task in flight pins up to a map file's blocks in some node's object store
     max_in_flight = node_space.map_tasks_in_flight(_nodes(), target, per_cpu=IN_FLIGHT_PER_CPU, at_least=MIN_IN_FLIGHT)

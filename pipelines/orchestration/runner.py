@@ -19,10 +19,14 @@ the commit.
 
 Retries. An attempt that fails for a reason that can pass (the store unavailable past the
 storage layer's own retries, a lost Ray node or worker: ``checks.transient``) is followed by
-another, up to ``attempts`` times in all; any other failure (a config error, a permanent store
-error such as a 403) is raised at once. The retry keeps what the failed attempt finished: every
-writer block it completed is journalled in ``.work/s-k/journal/`` (``pipelines.engine.block_journal``)
-and is not read or written again, so a late failure costs the unfinished blocks, not the stage;
+another, up to ``attempts`` attempts counted from the last one that made progress: an attempt
+that failed after journalling blocks no attempt before it had finished is the first of a new
+count (``common.retry``'s rule for counts), so outages now and then over a long stage cannot use
+up its attempts while its blocks keep getting done, and the retries end once the stage's blocks
+(finite) are done or ``attempts`` attempts in a row finished nothing new. Any other failure (a
+config error, a permanent store error such as a 403) is raised at once. The retry keeps what the
+failed attempt finished: every writer block it completed is journalled in ``.work/s-k/journal/``
+(``pipelines.engine.block_journal``) and is not read or written again, so a late failure costs the unfinished blocks, not the stage;
 its scratch (``work/``: shuffle files) is emptied and a shuffle inside the stage is redone. Parts
 are named by their rows, so the blocks run again rewrite the same objects, and the record lists
 each part once. The journal is removed with the scratch once the stage's outputs are written; a
@@ -70,11 +74,13 @@ from pipelines.orchestration.checks import check_outputs, expected_outputs, tran
 from pipelines.orchestration.progress import Progress
 from pipelines.orchestration.stages import (CODE_VERSION, FILES_LIST, LIBRARIES, REJECTED_LIST, STAGES, Stage,
                                             StageResult, StageRun, filter_fingerprint, tokenizer_fingerprint)
+from pipelines.schema.sealed import DamagedJSON
 
 log = logging.getLogger("pipelines.orchestration.runner")
 SUCCESS = "_SUCCESS"
 JOURNAL = "journal"  # a stage attempt's finished writer blocks (pipelines.engine.block_journal)
-# Attempts per stage when an attempt fails for a reason that can pass (engine.checks.transient).
+# Attempts per stage, counted from the last that made progress, when an attempt fails for a reason
+# that can pass (engine.checks.transient); one that journalled new blocks starts the count again.
 STAGE_ATTEMPTS = 3
 
 
@@ -155,6 +161,8 @@ class CorpusBuild:
         try:
             manifest = schema.Manifest.parse(schema.read_manifest_bytes(self.out),
                                              storage.join(self.out, schema.MANIFEST_NAME))
+        except DamagedJSON as exc:  # never replaced unseen: it may list generations this build would drop
+            raise ConfigError(str(exc)) from None
         except (FileNotFoundError, ValueError):
             return None
         if manifest.build_key == self.build_key:
@@ -223,7 +231,10 @@ class CorpusBuild:
                        sources=self.sources, inputs=inputs, cache_of=self.cache, prior=self.prior)
         start = time.perf_counter()
         journal = storage.join(self.cache(name), JOURNAL)
-        for attempt in range(1, self.attempts + 1):
+        # attempts in all; of them since (and including) the last that made progress; blocks journalled
+        attempt = stalled = journalled = 0
+        while True:
+            attempt += 1
             self._results.pop(name, None)
             try:
                 if attempt == 1:  # a killed run's leftovers: its journal is not trusted across runs
@@ -237,15 +248,20 @@ class CorpusBuild:
                 storage.remove(journal, recursive=True)  # checked: nothing left for a retry to skip
                 break
             except Exception as exc:
-                if attempt == self.attempts or not transient(exc):
+                if transient(exc):
+                    finished = _journalled(journal)
+                    stalled = 1 if finished > journalled else stalled + 1
+                    journalled = max(journalled, finished)
+                if stalled >= self.attempts or not transient(exc):
                     original = unwrapped(exc)
                     if original is exc:
                         raise
                     raise original from None
                 original = unwrapped(exc)
-                log.warning("stage %s failed (attempt %d of %d): %s: %s; it runs again, keeping the blocks "
-                            "it finished", name, attempt, self.attempts, type(original).__name__,
-                            (str(original).splitlines() or [""])[0])
+                # "attempt k of n": k counts from the last attempt that journalled new blocks
+                log.warning("stage %s failed (attempt %d of %d): %s: %s; it runs again, keeping the %d blocks "
+                            "it finished", name, stalled, self.attempts, type(original).__name__,
+                            (str(original).splitlines() or [""])[0], journalled)
         seconds = time.perf_counter() - start
         stats = with_rates(record.get("stats", {}), seconds)
         stats["attempts"] = attempt
@@ -300,6 +316,15 @@ class CorpusBuild:
         for name in self.plan():
             self.run_stage(name)
         return self.publish()
+
+
+def _journalled(journal: str) -> int:
+    """How many blocks the attempts of a stage finished so far (``block_journal``'s entries, one
+    listing), as a failed attempt's measure of progress; 0 when the store cannot list it now."""
+    try:
+        return sum(1 for rel in storage.list_sizes(journal) if rel.endswith(".json"))
+    except Exception:  # noqa: BLE001 (the store failing again: count no progress, the attempt is retried)
+        return 0
 
 
 def with_rates(stats: dict[str, Any], seconds: float) -> dict[str, Any]:
