@@ -15,7 +15,11 @@ sorted by key), ``P`` a power of two giving parts of about ``PART_BYTES``: so a 
 ``P_join = max P_g`` partitions (every ``P_g`` divides it) reads, per task, one part of each
 generation. ``_index.json``, written last, records ``P``, the dedup settings the keys depend on
 and every part's rows, bytes and crc32 (a part with no rows is not written, and a listed part
-that is missing or altered is an error naming it).
+that is missing or altered is an error naming it). ``_index.json`` is sealed
+(``pipelines.schema.sealed``: a ``"sha256"`` over its canonical JSON), since nothing else names
+its bytes: a flipped digit of ``P`` would send every probe to the wrong part and miss duplicates
+silently. A torn, unparseable or altered ``_index.json`` is one ``CorpusIndexError`` naming it
+and its generation; one written before the seal is read unchecked.
 
 Trade-offs. The index costs ~(24 + 16 b + ~150) bytes per document (b bands; ~400 at the
 defaults), against the kilobytes of its text, and is written by one storage shuffle of those
@@ -25,7 +29,6 @@ bucket file and reports a placeholder for a match in the index; here a match nam
 """
 from __future__ import annotations
 
-import json
 import math
 import zlib
 from dataclasses import dataclass
@@ -43,6 +46,7 @@ from pipelines.dedup.minhash import EMPTY, band_hashes, minhash_signatures
 from pipelines.engine import written
 from pipelines.engine.parts import Parts
 from pipelines.engine.shuffle import PART, default_ranges, hash_partition, reduce, shuffle
+from pipelines.schema.sealed import DamagedJSON, seal, unseal
 
 KINDS = ("exact", "bands", "docs")
 META = "_index.json"
@@ -51,8 +55,10 @@ PART_BYTES = 64 << 20
 DOC_ROW_BYTES = 160  # uid, an id of ~40 bytes, a 112-byte sketch
 
 
-class CorpusIndexError(RuntimeError):
-    """An index part that is missing or damaged, or an index of other settings; names the file."""
+class CorpusIndexError(storage.StorageError):
+    """An index part that is missing or damaged, or an index of other settings; names the file.
+    A ``StorageError`` (so the command line prints its one line) that is not retried: reading
+    the same bytes again gives the same answer."""
 
 
 def keyed_settings(cfg: DedupConfig) -> dict[str, Any]:
@@ -183,7 +189,7 @@ def write_index(parts: Parts, cfg: DedupConfig, *, folder: str, work: str, shuff
     record = {"format": FORMAT, "partitions": partitions, "documents": parts.rows, "settings": keyed_settings(cfg),
               "rows": {kind: sum(r for _, r, _, _ in listed[kind]) for kind in KINDS},
               "bytes": sum(b for kind in KINDS for _, _, b, _ in listed[kind]), "parts": listed}
-    storage.write_json(storage.join(folder, META), record)
+    storage.write_bytes(storage.join(folder, META), seal(record))  # checked by open_index
     return {k: v for k, v in record.items() if k != "parts"}
 
 
@@ -209,7 +215,8 @@ class GenerationIndex:
                               f"{self.number} is damaged (build the corpus again)") from None
         if len(data) != listed[1] or zlib.crc32(data) != listed[2]:
             raise CorpusIndexError(f"{uri}: damaged: {len(data)} bytes, crc32 {zlib.crc32(data):#010x}, written as "
-                              f"{listed[1]} bytes, {listed[2]:#010x} (build the corpus again)")
+                              f"{listed[1]} bytes, {listed[2]:#010x}; the dedup index of generation {self.number} "
+                              f"({self.name}) cannot be trusted (build the corpus again)")
         return pa.ipc.open_stream(pa.py_buffer(data)).read_all(), len(data)
 
 
@@ -218,13 +225,22 @@ def open_index(corpus: str, number: int, name: str, rel: str, cfg: DedupConfig) 
     folder = storage.join(corpus, rel)
     uri = storage.join(folder, META)
     try:
-        record = json.loads(storage.read_bytes(uri))
+        data = storage.read_bytes(uri)
     except storage.MissingObject:
         raise CorpusIndexError(f"{uri}: missing; the corpus names it as generation {number}'s dedup index "
                           "(build the corpus again)") from None
+    fix = f"the dedup index of generation {number} ({name}) cannot be trusted (build the corpus again)"
+    try:
+        record = unseal(data, uri, what=META, fix=fix)
+        parts = {kind: {int(p): (int(r), int(b), int(c)) for p, r, b, c in record["parts"].get(kind, [])}
+                 for kind in KINDS}
+        partitions = int(record["partitions"])
+    except DamagedJSON as exc:
+        raise CorpusIndexError(str(exc)) from None
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:  # torn or not an index record
+        raise CorpusIndexError(f"{uri}: unreadable {META} ({type(exc).__name__}: "
+                               f"{str(exc).splitlines()[0] if str(exc) else ''}); {fix}") from None
     if record.get("settings") != keyed_settings(cfg):
         raise CorpusIndexError(f"{uri}: written with dedup settings {record.get('settings')}, not this build's "
                           f"{keyed_settings(cfg)}")
-    parts = {kind: {int(p): (int(r), int(b), int(c)) for p, r, b, c in record["parts"].get(kind, [])}
-             for kind in KINDS}
-    return GenerationIndex(number=number, name=name, folder=folder, partitions=int(record["partitions"]), parts=parts)
+    return GenerationIndex(number=number, name=name, folder=folder, partitions=partitions, parts=parts)

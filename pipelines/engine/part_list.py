@@ -11,6 +11,11 @@ and saved as one Arrow IPC file next to the marker. The marker keeps only a ``St
 file's name, size and sha256 and the totals, so loading a marker costs the same at any size,
 and a list is loaded only by the stage that reads those parts, for as long as it runs.
 
+A data part's record also holds its crc32 (``write_parquet``), a fifth column of the list
+(``CHECKED``) that the stage reading the part checks it against; a list of parts without one (a
+document stage's quarantine list, which the corpus publishes as it is) keeps the corpus's four
+columns, and a list written before the column existed reads with ``NO_CRC`` for every part.
+
 Trade-off: a reader of a stage's parts makes one more GET (the list file) and checks its
 sha256, and a list is still whole on the driver while a stage plans its reads from it; planning
 from ranges of the stored list inside the read tasks would remove that too.
@@ -23,12 +28,17 @@ from typing import Any, Iterable, Iterator
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute  # noqa: F401  (pa.compute)
 
 from common import storage
-from pipelines.schema.rejected import part_list_bytes, part_list_schema, read_part_list
+from pipelines.schema.rejected import checked_part_list_schema, part_list_bytes, part_list_schema, read_part_list
 
 SCHEMA = part_list_schema()  # the file format is the corpus's (a stage's quarantine list is published)
+# Data parts' lists also hold each part's crc32 (``pipelines.engine.parts`` checks a part
+# against it); a record without one (a quarantine part) leaves the column out of the list.
+CHECKED = checked_part_list_schema()
 _INTS = ("rows", "bytes", "row_groups")
+NO_CRC = -1
 # Records a builder keeps as Python values before it makes them a column chunk: small enough
 # to be nothing on the driver, big enough that the chunks' own overhead is nothing either.
 BUILD_CHUNK = 4096
@@ -41,8 +51,9 @@ class PartList:
 
     def __init__(self, table: pa.Table | None = None):
         table = SCHEMA.empty_table() if table is None else table
-        if not table.schema.equals(SCHEMA):
-            raise ValueError(f"a part list has the columns {SCHEMA.names} (int64 counts), not {table.schema}")
+        if not (table.schema.equals(SCHEMA) or table.schema.equals(CHECKED)):
+            raise ValueError(f"a part list has the columns {SCHEMA.names} (int64 counts; crc32 after them "
+                             f"optionally), not {table.schema}")
         self.table = table.combine_chunks()
 
     @classmethod
@@ -81,7 +92,10 @@ class PartList:
         return f"PartList({len(self)} parts, {self.rows} rows, {self.bytes} bytes)"
 
     def column(self, name: str) -> np.ndarray:
-        """``rows``, ``bytes`` or ``row_groups`` as int64, or ``name`` as an object array."""
+        """``rows``, ``bytes``, ``row_groups`` or ``crc32`` as int64 (``crc32``: ``NO_CRC`` each when
+        the list has none), or ``name`` as an object array."""
+        if name == "crc32" and "crc32" not in self.table.column_names:
+            return np.full(len(self), NO_CRC, np.int64)
         return self.table.column(name).to_numpy(zero_copy_only=False)
 
     @property
@@ -126,12 +140,16 @@ class PartListBuilder:
         buf, self._buffer = self._buffer, []
         columns = [pa.array([r["name"] for r in buf], pa.string())]
         columns += [pa.array([int(r.get(c, 0)) for r in buf], pa.int64()) for c in _INTS]
-        self._chunks.append(pa.RecordBatch.from_arrays(columns, schema=SCHEMA))
+        columns.append(pa.array([int(r.get("crc32", NO_CRC)) for r in buf], pa.int64()))
+        self._chunks.append(pa.RecordBatch.from_arrays(columns, schema=CHECKED))
 
     def build(self) -> PartList:
         self._flush()
-        table = pa.Table.from_batches(self._chunks, schema=SCHEMA)
+        table = pa.Table.from_batches(self._chunks, schema=CHECKED)
         self._chunks = []
+        crc = table.column("crc32")
+        if not table.num_rows or pa.compute.all(pa.compute.equal(crc, NO_CRC)).as_py():
+            table = table.drop_columns(["crc32"])  # no part has one: the corpus's list format
         if self.sort and table.num_rows:
             table = table.sort_by("name")
         return PartList(table)

@@ -71,6 +71,8 @@ def load_prior(corpus: str) -> Prior:
     except FileNotFoundError:
         raise ConfigError(f"--append: {corpus} has no manifest.json; build the corpus first "
                           "(the same command without --append)") from None
+    except ValueError as exc:  # damaged, malformed or of another format: its one line, as the CLI shows it
+        raise ConfigError(f"--append: {exc}") from None
     return Prior(corpus=corpus, manifest=manifest, generations=tuple(schema.generations_of(manifest)))
 
 

@@ -414,18 +414,31 @@ def filter_fingerprint(cfg: CorpusConfig) -> Any:
 
 
 # ----------------------------------------------------------------------------- pack, shard
+def _tokenizer_text(uri: str, sha256: str) -> str:
+    """``tokenizer.json`` as the tokenizer stage recorded it: bytes of another sha256 (damaged
+    since it was written) are one line naming it, never used to encode the corpus."""
+    data = storage.read_bytes(uri)
+    got = sha256_bytes(data)
+    if sha256 and got != sha256:
+        raise storage.StorageError(f"{uri}: sha256 {got[:12]} differs from the {sha256[:12]} the tokenizer stage "
+                                   "recorded (damaged after it was written); remove the tokenizer stage's "
+                                   "_SUCCESS in .work/ to build it again")
+    return data.decode("utf-8")
+
+
 @functools.lru_cache(maxsize=2)
-def _packer(tokenizer_uri: str, cfg_json: str):
+def _packer(tokenizer_uri: str, cfg_json: str, tokenizer_sha256: str = ""):
     from tokenizers import Tokenizer
 
     from pipelines.config import PackConfig
     from pipelines.pack import ExamplePacker
 
-    tok = Tokenizer.from_str(storage.read_text(tokenizer_uri))
+    tok = Tokenizer.from_str(_tokenizer_text(tokenizer_uri, tokenizer_sha256))
     return ExamplePacker(tok, PackConfig(**json.loads(cfg_json)))
 
 
-def _pack_rows(table: Any, index: int, *, tokenizer_uri: str, cfg_json: str, batch_docs: int) -> Any:
+def _pack_rows(table: Any, index: int, *, tokenizer_uri: str, cfg_json: str, batch_docs: int,
+               tokenizer_sha256: str = "") -> Any:
     """One read task's documents -> examples, ``batch_docs`` documents per packer call, in the
     task that read them (a transform of ``Parts.read``). Not a ``map_batches`` with a batch size
     after the read: Ray Data bundles input blocks up to that many rows before it starts a task,
@@ -433,7 +446,7 @@ def _pack_rows(table: Any, index: int, *, tokenizer_uri: str, cfg_json: str, bat
     cluster). The tokenizer is read from the store once per worker process."""
     import pyarrow as pa
 
-    packer = _packer(tokenizer_uri, cfg_json)
+    packer = _packer(tokenizer_uri, cfg_json, tokenizer_sha256)
     out = []
     for start in range(0, max(1, table.num_rows), batch_docs):  # an empty task: an empty table
         rows = table.slice(start, batch_docs)
@@ -442,12 +455,12 @@ def _pack_rows(table: Any, index: int, *, tokenizer_uri: str, cfg_json: str, bat
     return pa.concat_tables(out) if len(out) > 1 else out[0]
 
 
-def _unk_id(tokenizer_uri: str) -> int | None:
+def _unk_id(tokenizer_uri: str, tokenizer_sha256: str = "") -> int | None:
     from tokenizers import Tokenizer
 
     from pipelines.tokenizer_coverage import unk_id
 
-    return unk_id(Tokenizer.from_str(storage.read_text(tokenizer_uri)))
+    return unk_id(Tokenizer.from_str(_tokenizer_text(tokenizer_uri, tokenizer_sha256)))
 
 
 def _pack(run: StageRun) -> dict[str, Any]:
@@ -461,12 +474,14 @@ def _pack(run: StageRun) -> dict[str, Any]:
     # In the read tasks (plain tasks), not an actor pool: an actor pool holding every CPU starves
     # the read tasks feeding it on a 1-CPU cluster and deadlocks.
     tokenizer_uri = schema.tokenizer_json(run.corpus, tok["path"])
+    # Checked on the driver first (_unk_id), so damaged bytes fail before any task starts.
+    unk = _unk_id(tokenizer_uri, tok.get("sha256", ""))
     examples = run.parts("near_dedup").read(transform=_pack_rows, transform_kwargs={
-        "tokenizer_uri": tokenizer_uri, "batch_docs": batch_docs,
+        "tokenizer_uri": tokenizer_uri, "batch_docs": batch_docs, "tokenizer_sha256": tok.get("sha256", ""),
         "cfg_json": json.dumps(dataclasses.asdict(run.cfg.pack), sort_keys=True)})
     # Every split's [UNK] tokens are counted as its examples are written (the exact share).
     out = parts.write_examples(examples, data=run.data,
-                               summarise=functools.partial(example_summary, unk_id=_unk_id(tokenizer_uri)))
+                               summarise=functools.partial(example_summary, unk_id=unk))
     splits = out["splits"]
     documents_in = run.inputs["near_dedup"].stats["documents_out"]
     stats = {"splits": splits, "examples": sum(s["examples"] for s in splits.values()),

@@ -28,7 +28,9 @@ named in the manifest's ``rejected_lists`` with its sha256, size and counts, so 
 the previous manifest keeps reading the previous lists (publishing deletes lists no kept
 manifest names). Two readers: ``Manifest.parse`` (the trainer) reads the manifest only and
 leaves ``rejected`` empty, while ``Manifest.load`` (the build's tools) also reads the lists and
-checks their sha256. Format 2 and 3 manifests are still read by both.
+checks their sha256. Format 2 and 3 manifests are still read by both. Both also check the
+manifest's own seal, a ``"sha256"`` over its canonical JSON (``sealed``; absent from manifests
+written before it, which are read unchecked).
 
 **Shards** are plain WebDataset tars. A sample is a *chunk* of consecutive examples (not one
 example), so the 512-byte tar header and padding are paid per chunk, not per example. Chunk

@@ -1,5 +1,14 @@
 """``manifest.json``, the corpus's commit point (format 4, described in ``pipelines.schema``; the
-quarantine's part lists it names are in ``pipelines.schema.rejected``)."""
+quarantine's part lists it names are in ``pipelines.schema.rejected``).
+
+The manifest checks itself: ``encode`` adds ``"sha256"``, the sha256 of its canonical JSON
+without that field, and ``parse`` (so ``load`` too) recomputes it and refuses a manifest whose
+bytes changed after it was written, in one line naming ``manifest.json`` and the corpus
+(``pipelines.schema.sealed`` explains the design). Everything else in the corpus is checked
+against the manifest (shards, tokenizer, rejected lists), so a flipped digit in it (a shard's
+example count, ``seq_len``) would otherwise go unseen. A manifest written before the field
+existed has none and is read unchecked, as before. The field is not a dataclass field: it is a
+property of the file, not of the corpus (``to_dict`` leaves it out)."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
@@ -9,6 +18,7 @@ from common import storage
 from pipelines.schema.layout import FORMAT_VERSION, MANIFEST_NAME, READABLE_VERSIONS, TOKENIZER_DIR
 from pipelines.schema.rejected import (RejectedIndex, RejectedInfo, RejectedList, read_rejected,
                                        write_rejected_lists)
+from pipelines.schema.sealed import DamagedJSON, seal, unseal
 
 
 @dataclass
@@ -125,12 +135,12 @@ class Manifest:
         )
 
     def encode(self) -> bytes:
-        """The manifest.json bytes: the current format, the rejected parts by reference only."""
-        import json
-
+        """The manifest.json bytes: the current format, the rejected parts by reference only, and
+        the seal (``"sha256"`` over the rest: module docstring). A function of the content alone,
+        so a rerun of the same build writes the same bytes."""
         d = self.to_dict()
         d["format_version"] = FORMAT_VERSION
-        return (json.dumps(d, indent=2, sort_keys=True) + "\n").encode()
+        return seal(d)
 
     def save(self, corpus: str) -> str:
         """Commit: the rejected parts held in memory (if any) as one list per quarantine folder,
@@ -154,10 +164,15 @@ class Manifest:
     def parse(cls, data: bytes, where: str) -> Manifest:
         import json
 
+        corpus = where[:-len(MANIFEST_NAME)].rstrip("/") if where.endswith(MANIFEST_NAME) else where
+        fix = (f"the manifest of the corpus at {corpus} cannot be trusted: restore it, or delete it and run "
+               "the build-corpus command that made it again (and any appends after it)")
         try:
-            return cls.from_dict(json.loads(data))
-        except (KeyError, TypeError, json.JSONDecodeError) as exc:
-            raise ValueError(f"{where}: malformed manifest ({exc!r})") from exc
+            return cls.from_dict(unseal(data, where, what=MANIFEST_NAME, fix=fix))
+        except DamagedJSON:
+            raise  # already one line naming the file and the corpus
+        except (KeyError, TypeError, AttributeError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise ValueError(f"{where}: malformed manifest ({exc!r}); {fix}") from exc
         except ValueError as exc:
             raise ValueError(f"{where}: {exc}") from exc
 

@@ -82,12 +82,27 @@ class RejectedList:
         return self.path.rsplit("/", 1)[0]
 
 
-def part_list_bytes(table: pa.Table) -> bytes:
-    """``table`` (the columns of ``part_list_schema``) as a list file."""
+def checked_part_list_schema() -> pa.Schema:
+    """``part_list_schema`` plus ``crc32`` (int64, each part's zlib crc32): the layout of a
+    build-corpus stage's list of data parts, which the stage reading them checks them against
+    (``pipelines.engine.parts``). Lists without it (every quarantine list, which the corpus
+    publishes, and data lists written before it) are read as before."""
     import pyarrow as pa
 
+    return part_list_schema().append(pa.field("crc32", pa.int64()))
+
+
+def _known_schema(schema: pa.Schema) -> bool:
+    return schema.equals(part_list_schema()) or schema.equals(checked_part_list_schema())
+
+
+def part_list_bytes(table: pa.Table) -> bytes:
+    """``table`` (the columns of ``part_list_schema``, or of ``checked_part_list_schema``) as a list file."""
+    import pyarrow as pa
+
+    schema = checked_part_list_schema() if table.schema.equals(checked_part_list_schema()) else part_list_schema()
     sink = pa.BufferOutputStream()
-    with pa.ipc.new_file(sink, part_list_schema()) as writer:
+    with pa.ipc.new_file(sink, schema) as writer:
         writer.write_table(table)
     return sink.getvalue().to_pybytes()
 
@@ -99,7 +114,7 @@ def read_part_list(data: bytes, where: str) -> pa.Table:
         table = pa.ipc.open_file(pa.BufferReader(data)).read_all()
     except pa.ArrowInvalid as exc:
         raise ValueError(f"{where}: not a part list ({exc})") from None
-    if not table.schema.equals(part_list_schema()):
+    if not _known_schema(table.schema):
         raise ValueError(f"{where}: a part list has the columns {part_list_schema().names} (int64 counts), "
                          f"not {table.schema}")
     return table

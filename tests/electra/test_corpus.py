@@ -105,6 +105,7 @@ def test_shard_deleted_mid_run_is_an_error_naming_it(damageable):
 def test_manifest_count_mismatch_is_an_error(corpus, tmp_path):
     root = upload_corpus(corpus.root, str(tmp_path / "c"))
     m = json.loads(storage.read_text(storage.join(root, "manifest.json")))
+    m.pop("sha256", None)  # a hand edit: unsealed (a republish would seal it anew)
     m["shards"][0]["num_examples"] += 1
     storage.write_json(storage.join(root, "manifest.json"), m)
     shards, _ = sd.check_shards(sd.open_corpus(root, seq_len=SEQ), "train")
@@ -118,6 +119,7 @@ def test_unparseable_shard_the_manifest_vouches_for_is_named(corpus, tmp_path):
     junk = b"not a tar archive" * 64
     storage.write_bytes(uri(root, "train", 0), junk)
     m = json.loads(storage.read_text(storage.join(root, "manifest.json")))
+    m.pop("sha256", None)  # a hand edit: unsealed (a republish would seal it anew)
     m["shards"][0].update(bytes=len(junk), sha256=sha256_bytes(junk))
     storage.write_json(storage.join(root, "manifest.json"), m)
     shards, _ = sd.check_shards(sd.open_corpus(root, seq_len=SEQ), "train")

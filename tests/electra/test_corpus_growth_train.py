@@ -132,6 +132,7 @@ def test_a_resume_on_a_corpus_whose_recorded_generation_changed_is_one_line(temp
         (step / layout.META).write_text(json.dumps(meta))
     install(corpus, 2)
     d = json.loads((corpus / "manifest.json").read_text())
+    d.pop("sha256", None)  # a hand edit: unsealed (a republish would seal it anew)
     d["shards"][-1]["sha256"] = "0" * 64  # ... but g2 was rewritten since
     (corpus / "manifest.json").write_text(json.dumps(d))
     p = run([sys.executable, "electra/train.py", *COMMON, "--data", str(corpus), "--out", str(out),
@@ -163,6 +164,7 @@ def test_two_ranks_follow_the_corpus_as_one(template, reference, tmp_path):
 def test_a_generation_that_vanished_mid_run_stops_the_run_in_one_line(template, tmp_path):
     corpus = fresh_corpus(template, tmp_path / "corpus")
     damaged = json.loads(stage_manifest(corpus, 1).read_text())  # g1 appended, but g0's first shard rewritten
+    damaged.pop("sha256", None)  # a hand edit: unsealed (a republish would seal it anew)
     damaged["shards"][0]["sha256"] = "0" * 64
     stage_manifest(corpus, 9).write_text(json.dumps(damaged))
     cmd = [sys.executable, "tests/electra/_train_growing.py", "--grow", "4", str(corpus), "9", *COMMON,
