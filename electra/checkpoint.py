@@ -7,10 +7,12 @@ The run directory's layout (names, listing, ``meta.json``, ``latest``, pruning) 
         DeepSpeed's files         model, optimiser, scheduler; one per rank
         rng_rank{R}.json          python / numpy / torch CPU (+ CUDA) generator states, per rank
         eval_pending.json         the evaluation pin, by rank 0, when pinning is on
+        sums_rank{R}.json         sha256 and size of each file rank R wrote (electra.checkpoint_sums)
         meta.json                 written LAST, by rank 0, after a barrier: the completion marker
 
 Commit protocol: every rank writes its DeepSpeed shards and its RNG file (rank 0 also the pin,
-``electra.eval_handoff``, when a hand-off policy is given), all ranks meet at a barrier, then
+``electra.eval_handoff``, when a hand-off policy is given), then the sums of the files it wrote
+(``electra.checkpoint_sums``: each rank hashes its own files, once), all ranks meet at a barrier, then
 rank 0 writes ``meta.json`` (atomic) and only then swaps ``latest`` (atomic), then applies the
 hand-off policy (skips the oldest waiting pins over ``eval_max_pending``) and prunes to the last
 ``keep_last`` plus the pinned ones. A kill at any point leaves either the old ``latest`` (the new
@@ -20,7 +22,9 @@ checkpoint of a pinning run always has its pin until released.
 
 RNG states are JSON (base64 for torch's byte tensors), never pickles. Loading goes through
 ``electra.deepspeed_states.install_safe_loader``, so DeepSpeed's own ``torch.load`` calls read
-with ``weights_only=True`` and a tampered checkpoint cannot run code.
+with ``weights_only=True`` and a tampered checkpoint cannot run code; every file a rank reads is
+first checked against its sum (``electra.checkpoint_sums``: a damaged checkpoint stops the resume
+in one line naming the file and the fix, on every rank, before DeepSpeed's load starts).
 
 Resuming on another number of ranks (or ZeRO stage 1 <-> 2, or precision) goes through
 DeepSpeed's universal checkpoint, a sibling folder ``step_NNNNNNNN.universal`` converted once
@@ -32,6 +36,8 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import dataclasses
+import hashlib
 import json
 import logging
 import random
@@ -43,6 +49,7 @@ import numpy as np
 import torch
 
 from common.storage import write_bytes
+from electra import checkpoint_sums as sums_
 from electra import eval_handoff as handoff_
 from electra import run_layout as layout
 from electra import universal_checkpoint as universal_ckpt
@@ -87,12 +94,14 @@ def _unb64(s: str) -> torch.Tensor:
 
 
 def save_checkpoint(engine, run_dir: str | Path, meta: CheckpointMeta, *, rank: int, keep_last: int,
-                    barrier, before_commit=None, handoff: handoff_.Policy | None = None) -> Path:
+                    barrier, before_commit=None, handoff: handoff_.Policy | None = None, in_save=None) -> Path:
     """Write one checkpoint with the commit protocol above; every rank calls it.
 
-    ``before_commit`` runs after the shards (and the pin) are written and before ``meta.json``
-    (tests use it to kill the process at the worst moment). ``handoff``: pin the checkpoint
-    until its evaluation releases it, with this skip policy (``electra.eval_handoff``)."""
+    ``in_save`` runs right after DeepSpeed wrote this rank's files, before the RNG file, the sums
+    and the barrier; ``before_commit`` after the shards, the pin and the sums are written and
+    before ``meta.json`` (tests use them to kill the process at the worst moments). ``handoff``:
+    pin the checkpoint until its evaluation releases it, with this skip policy
+    (``electra.eval_handoff``)."""
     root = layout.checkpoints_dir(run_dir)
     step_dir = layout.step_dir(run_dir, meta.step)
     if rank == 0 and step_dir.exists():  # a leftover of an interrupted write of this same step
@@ -100,15 +109,21 @@ def save_checkpoint(engine, run_dir: str | Path, meta: CheckpointMeta, *, rank: 
     if rank == 0:  # a universal conversion of an older write of this step would shadow the new one
         shutil.rmtree(universal_ckpt.universal_dir(step_dir), ignore_errors=True)
     barrier()
-    engine.save_checkpoint(str(root), tag=step_dir.name, save_latest=False)
-    write_bytes(str(step_dir / f"rng_rank{rank}.json"), json.dumps(rng_state()).encode())
+    with sums_.recording(engine) as written:  # each file this rank's DeepSpeed saves, hashed once
+        engine.save_checkpoint(str(root), tag=step_dir.name, save_latest=False)
+    if in_save is not None:
+        in_save()
+    rng = json.dumps(rng_state()).encode()
+    write_bytes(str(step_dir / f"rng_rank{rank}.json"), rng)
+    written[f"rng_rank{rank}.json"] = {"sha256": hashlib.sha256(rng).hexdigest(), "size": len(rng)}
     if rank == 0 and handoff is not None:  # before meta.json: committed with the checkpoint
         handoff_.pin(step_dir)
-    barrier()  # every rank's shards are on disk before the checkpoint is declared complete
+    sums_.write_sums(step_dir, rank, written, extras=rank == 0)  # before the barrier: a commit has them all
+    barrier()  # every rank's shards and sums are on disk before the checkpoint is declared complete
     if before_commit is not None:
         before_commit()
     if rank == 0:
-        write_bytes(str(step_dir / layout.META), meta.to_json())
+        write_bytes(str(step_dir / layout.META), dataclasses.replace(meta, sums=True).to_json())
         write_bytes(str(root / layout.LATEST), (step_dir.name + "\n").encode())
         if handoff is not None:
             handoff_.apply_policy(run_dir, max_pending=handoff.max_pending, keep_every=handoff.keep_every,
@@ -120,7 +135,7 @@ def save_checkpoint(engine, run_dir: str | Path, meta: CheckpointMeta, *, rank: 
 
 
 def load_checkpoint(engine, step_dir: Path, *, rank: int, universal: bool = False,
-                    mirror: CheckpointMirror | None = None) -> CheckpointMeta:
+                    mirror: CheckpointMirror | None = None, after_load=None) -> CheckpointMeta:
     """Restore DeepSpeed state and this rank's RNG from a complete checkpoint; every rank calls it.
 
     ``universal=False``: DeepSpeed's own files in ``step_dir`` (same world size, ZeRO stage and
@@ -133,18 +148,27 @@ def load_checkpoint(engine, step_dir: Path, *, rank: int, universal: bool = Fals
     RNG comes from ``step_dir/rng_rank{rank}.json`` when that file exists (a rank beyond the
     saved world size has none: a warning, training continues, not bitwise). ``mirror``: the node's
     mirror of the folder loaded (``CheckpointMirror.open`` by every rank before this call), through
-    which the files every rank loads are read once per node; closed here, loaded or not."""
+    which the files every rank loads are read once per node; closed here, loaded or not.
+
+    Every file this rank reads is checked against the sums written at save first (and the ranks
+    agree): ``electra.checkpoint_sums.DamagedCheckpoint`` on every rank, before DeepSpeed's load,
+    when any is damaged. ``after_load`` runs once DeepSpeed's load is done (a test hook)."""
     try:
         return _load(engine, Path(step_dir), rank=rank, universal=universal,
-                     redirect=None if mirror is None else mirror.local)
+                     redirect=None if mirror is None else mirror.local, after_load=after_load)
     finally:
         if mirror is not None:
             install_safe_loader(engine)  # no redirect past this load: the mirror goes
             mirror.close()
 
 
-def _load(engine, step_dir: Path, *, rank: int, universal: bool, redirect) -> CheckpointMeta:
+def _load(engine, step_dir: Path, *, rank: int, universal: bool, redirect, after_load) -> CheckpointMeta:
     meta = CheckpointMeta.read(step_dir)
+    if sums_.has_sums(step_dir):  # what this rank reads, checked before anything parses it
+        sums_.agree(sums_.check(_reads(step_dir, rank, universal), redirect))
+    elif rank == 0:
+        log.warning("%s has no checkpoint sums (written before they existed): its files cannot be checked",
+                    step_dir)
     if bool(engine.load_universal_checkpoint()) != universal:
         raise RuntimeError(f"{step_dir}: universal={universal} but the engine was built with checkpoint."
                            f"load_universal={engine.load_universal_checkpoint()} (use ds_config_for_resume)")
@@ -160,14 +184,29 @@ def _load(engine, step_dir: Path, *, rank: int, universal: bool, redirect) -> Ch
                                          load_lr_scheduler_states=True)
     if path is None:
         raise RuntimeError(f"{load_dir}: DeepSpeed could not load this checkpoint")
+    if after_load is not None:
+        after_load()
     if universal:
         _restore_unoptimised(engine.module, load_dir, redirect)
     rng_file = step_dir / f"rng_rank{rank}.json"
     if rng_file.is_file():
-        set_rng_state(json.loads(rng_file.read_text()))
+        set_rng_state(json.loads(sums_.read_checked(rng_file)))
     else:  # e.g. resumed on more ranks than saved: training continues, not bitwise
         log.warning("%s missing: RNG not restored for rank %d", rng_file, rank)
     return meta
+
+
+def _reads(step_dir: Path, rank: int, universal: bool) -> list[Path]:
+    """The checkpoint files this rank reads: the model states (every rank), on a direct load its
+    own partition (the files its sums list), and its RNG file."""
+    if universal:
+        states = sorted(universal_ckpt.universal_dir(step_dir).glob("*model_states.pt"))
+    else:
+        own = sums_.own_files(step_dir, rank)
+        states = sorted({*step_dir.glob("mp_rank_*_model_states.pt"),
+                         *(step_dir / n for n in own if n.endswith(".pt"))})
+    rng = step_dir / f"rng_rank{rank}.json"
+    return [*states, *([rng] if rng.is_file() else [])]
 
 
 def _check_direct_load(engine, step_dir: Path) -> None:
@@ -194,5 +233,6 @@ def _restore_unoptimised(module: torch.nn.Module, load_dir: Path, redirect) -> N
         return
     path = load_dir / "mp_rank_00_model_states.pt"
     with contextlib.nullcontext(path) if redirect is None else redirect(path) as local:
+        sums_.verify(local, as_path=path)  # checked when DeepSpeed loaded it: remembered, not hashed again
         saved = safe_load(local, mmap=True)["module"]
         module.load_state_dict({k: v for k, v in saved.items() if k in wanted}, strict=False)

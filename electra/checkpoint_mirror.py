@@ -21,7 +21,9 @@ checked against the source's); the node's other ranks find the copy and load it 
 ``/dev/shm`` under ``"auto"``: RAM, not the shared filesystem). A file one rank of the node loads
 (its own partition, most parameters) is read from the source, as before. The hook is the load itself:
 ``electra.deepspeed_states`` routes DeepSpeed's loads (its checkpoint engine, and the
-``torch.load`` calls of the universal loader) through ``CheckpointMirror.local``.
+``torch.load`` calls of the universal loader) through ``CheckpointMirror.local``, and checks the
+copy each rank is given against the sum its source was written with (``electra.checkpoint_sums``):
+a copy damaged on the node is caught like a damaged source.
 
 **When copies go.** A parameter's file is loaded once by each rank that loads it: the last of
 them deletes the copy (a count in the lock file, as in the node cache; a rank whose copy failed

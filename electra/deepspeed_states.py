@@ -7,7 +7,8 @@ classes its optimiser files hold (loss scalers, the ZeRO stage enum, fragment ad
 ``checkpoint_state_dict`` (the offline reader behind ``electra.hf_export.export_checkpoint``)
 patches ``torch.load`` the same way for the duration of the read (``weights_only_loads``), because
 DeepSpeed's ``zero_to_fp32`` calls it directly; so do the universal-checkpoint conversion and load
-(``electra.universal_checkpoint``, whose DeepSpeed code calls ``torch.load`` itself too).
+(``electra.universal_checkpoint``, whose DeepSpeed code calls ``torch.load`` itself too). Each of
+these loads first checks the file against the sum written at save (``electra.checkpoint_sums``).
 
 Where the fp32 master weights live depends on the optimiser DeepSpeed chose: without ZeRO the
 model-states file holds them whole; with ZeRO they are partitioned over the ranks' optimiser
@@ -24,6 +25,8 @@ from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 import torch
+
+from electra.checkpoint_sums import verify
 
 __all__ = ["checkpoint_state_dict", "install_safe_loader", "safe_globals_list", "safe_load", "weights_only_loads"]
 
@@ -43,9 +46,15 @@ Redirect = Callable[[str], AbstractContextManager[str]]
 
 
 def _load(load, f, redirect: Redirect | None, *args, **kwargs):
-    if redirect is None or not isinstance(f, (str, os.PathLike)):
+    """``load`` of ``f`` (through ``redirect``), the bytes first checked against the sum written at
+    save when ``f`` is a file of a checkpoint with sums (``electra.checkpoint_sums.verify``)."""
+    if not isinstance(f, (str, os.PathLike)):
+        return load(f, *args, **kwargs)
+    if redirect is None:
+        verify(f)
         return load(f, *args, **kwargs)
     with redirect(f) as local:
+        verify(local, as_path=f)
         return load(local, *args, **kwargs)
 
 

@@ -144,9 +144,11 @@ class PretrainRunner:
             D.barrier()  # every rank has joined before any loads
         seed_everything(plan.cfg.train.seed + 1000 * (self.dist.rank + 1))  # distinct masks per rank
         start = StartState()
+        resumed = self.hooks.in_resume
         if plan.resume_dir is not None:
+            after = None if resumed is None else (lambda: resumed(layout.step_of(plan.resume_dir)))
             meta = ckpt.load_checkpoint(engine, plan.resume_dir, rank=self.dist.rank, universal=plan.resume.universal,
-                                        mirror=mirror)
+                                        mirror=mirror, after_load=after)
             start = StartState(meta.step, meta.tokens_seen, meta.wall_time, DataPosition.from_dict(meta.data_position))
             log.info("resumed from %s (step %d, data %s, saved on %d ranks, now %d)", plan.resume_dir, meta.step,
                      start.position, meta.world_size, self.dist.world_size)

@@ -180,6 +180,9 @@ class CheckpointMeta:
     # The corpus generations each epoch started used (electra.corpus_growth.GenerationRecord);
     # {} in checkpoints written before corpora grew.
     generations: dict[str, Any] = field(default_factory=dict)
+    # Every rank wrote its sums_rank{R}.json before the commit (electra.checkpoint_sums); False in
+    # checkpoints written before sums existed, which load unchecked.
+    sums: bool = False
     saved_at: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
 
     @classmethod

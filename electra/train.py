@@ -10,10 +10,12 @@
 optional) or a config file. This file is only the command line: the job it builds
 (``electra.pretrain_job``) goes through the runner's phases (``electra.pretrain_runner``).
 User errors (a bad key, a missing corpus, an impossible batch split, a corpus smaller than one
-batch, a refused resume) are printed as one line on stderr, by rank 0 only, with exit status 2;
-``--debug`` shows the traceback instead. They are found before any distributed start-up, except,
-with several ranks, those of the corpus: only rank 0 reads it, and its error reaches the other
-ranks once the process group exists (``electra.shared_plan``).
+batch, a refused resume, a checkpoint damaged after its save) are printed as one line on stderr,
+by rank 0 only, with exit status 2; ``--debug`` shows the traceback instead. They are found
+before any distributed start-up, except, with several ranks, those of the corpus (only rank 0
+reads it, and its error reaches the other ranks once the process group exists,
+``electra.shared_plan``) and a damaged checkpoint (found in the resume's load, where the ranks
+agree on it: ``electra.checkpoint_sums``).
 
 Run as a file, Python puts this file's folder (``electra/``) first on ``sys.path``, where the
 package's module names (``config``, ``data``, ``model``, ...) would shadow top-level modules of
@@ -81,19 +83,39 @@ def main(argv: list[str] | None = None, *, hooks=None) -> int:
         if os.environ.get("RANK", "0") == "0":  # every rank finds the same error: say it once
             print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
+    from electra.checkpoint_sums import DamagedCheckpoint
+    from electra.corpus import CorruptShardError, ShardReadError
     from electra.corpus_growth import CorpusGrowthError
 
     try:
         for phase in PHASES[PHASES.index("prepare") + 1:]:
             getattr(runner, phase)()
-    except CorpusGrowthError as exc:  # found at an epoch start, on every rank alike: one line
+    # found at an epoch start / in the resume's load, on every rank alike (the ranks agree): one line
+    except (CorpusGrowthError, DamagedCheckpoint) as exc:
         if args.debug:
             raise
         if os.environ.get("RANK", "0") == "0":
             print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
+    except (CorruptShardError, ShardReadError) as exc:  # mid-epoch, on the rank that read the shard
+        if args.debug:
+            raise
+        print(f"{PROG}: error: {original_message(exc)}", file=sys.stderr)
+        return 2  # the launcher stops the other ranks, which may wait on this one in a collective
     D.shutdown()
     return 0
+
+
+def original_message(exc: BaseException) -> str:
+    """The error's own line. An error raised in a DataLoader worker reaches the main process
+    re-raised by torch with the worker's traceback as its message, ending with the original
+    ``module.Class: message`` line: that line, without the class."""
+    text = str(exc).strip()
+    if "Original Traceback" not in text:
+        return text
+    last = text.splitlines()[-1]
+    name = f"{type(exc).__module__}.{type(exc).__qualname__}: "
+    return last[len(name):] if last.startswith(name) else last
 
 
 if __name__ == "__main__":

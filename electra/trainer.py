@@ -30,8 +30,10 @@ A corpus that grows joins by generations at epoch starts (``electra.corpus_growt
 stream asks ``_epoch_plan`` for each epoch's plan, and each checkpoint records the generations
 every epoch started used, so a resume replays them.
 
-Test hooks are parameters (``TrainHooks``): a callable after each step and one inside the
-checkpoint commit, so a test kills a run at a chosen step without timing races.
+Test hooks are parameters (``TrainHooks``): a callable after each step, one inside the save
+(DeepSpeed's files written, the sums not), one inside the checkpoint commit (sums written,
+``meta.json`` not) and one inside the resume (DeepSpeed's load done, no step run), so a test
+kills a run at a chosen point without timing races. All are None by default: nothing runs.
 """
 from __future__ import annotations
 
@@ -61,6 +63,9 @@ log = logging.getLogger("electra.train")
 class TrainHooks:
     after_step: Callable[[int], None] | None = None  # called with the step just finished (and saved)
     before_commit: Callable[[int], None] | None = None  # inside the commit: files written, meta not
+    in_save: Callable[[int], None] | None = None  # inside the save: DeepSpeed's files written, sums not
+    # in the resume (electra.pretrain_runner), with the step loaded: DeepSpeed's load done, no step run
+    in_resume: Callable[[int], None] | None = None
 
 
 @dataclass(frozen=True)
@@ -136,25 +141,27 @@ class Trainer:
         if skipped:
             self.metrics.write({"kind": "data", "step": self.step, "skipped_shards": skipped,
                                 "skipped_count": len(skipped)})
-        while self.step < max_steps:
-            lr = self.engine.optimizer.param_groups[0]["lr"]
-            logging_now = (self.step + 1) % cfg.train.log_every == 0 or self.step + 1 == max_steps
-            for i in range(self.accum):
-                self._micro_step(next(batches), window, want_norm=logging_now and i == self.accum - 1)
-            self.step += 1
-            self.samples.end_step(self.step)
-            bar.update(1)
-            if self.step % cfg.train.log_every == 0 or self.step == max_steps:
-                self._log(window, lr=lr, flops=flops, peak=peak, bar=bar)
-            if cfg.train.eval_every and self.step % cfg.train.eval_every == 0:
-                _outside(window, self.evaluate)
-            if self.step % cfg.train.save_every == 0 or self.step == max_steps:
-                if window.pending:  # tokens_seen in meta.json must include this window
+        try:  # closed on an error too: the error's one line then starts a line of its own
+            while self.step < max_steps:
+                lr = self.engine.optimizer.param_groups[0]["lr"]
+                logging_now = (self.step + 1) % cfg.train.log_every == 0 or self.step + 1 == max_steps
+                for i in range(self.accum):
+                    self._micro_step(next(batches), window, want_norm=logging_now and i == self.accum - 1)
+                self.step += 1
+                self.samples.end_step(self.step)
+                bar.update(1)
+                if self.step % cfg.train.log_every == 0 or self.step == max_steps:
                     self._log(window, lr=lr, flops=flops, peak=peak, bar=bar)
-                _outside(window, lambda: self.save(self.wall_before + time.perf_counter() - started))
-            if self.hooks.after_step is not None:
-                self.hooks.after_step(self.step)
-        bar.close()
+                if cfg.train.eval_every and self.step % cfg.train.eval_every == 0:
+                    _outside(window, self.evaluate)
+                if self.step % cfg.train.save_every == 0 or self.step == max_steps:
+                    if window.pending:  # tokens_seen in meta.json must include this window
+                        self._log(window, lr=lr, flops=flops, peak=peak, bar=bar)
+                    _outside(window, lambda: self.save(self.wall_before + time.perf_counter() - started))
+                if self.hooks.after_step is not None:
+                    self.hooks.after_step(self.step)
+        finally:
+            bar.close()
         self.samples.close()
 
     def finish(self) -> None:
@@ -217,11 +224,12 @@ class Trainer:
             data_sha256=self.follower.record.identity, config_hash=config_hash(self.cfg), wall_time=wall_time,
             world_size=self.dist.world_size, global_batch_size=self.plan.geometry.global_batch,
             generations=self.follower.record.to_dict())
-        before = self.hooks.before_commit
+        before, inside = self.hooks.before_commit, self.hooks.in_save
         hook = (lambda step=self.step: before(step)) if before is not None else None
+        in_save = (lambda step=self.step: inside(step)) if inside is not None else None
         path = ckpt.save_checkpoint(self.engine, self.run_dir, meta, rank=self.dist.rank,
                                     keep_last=self.cfg.train.keep_last, barrier=D.barrier, before_commit=hook,
-                                    handoff=self.handoff)
+                                    handoff=self.handoff, in_save=in_save)
         if self.cfg.train.export_every_checkpoint:
             self.export(path / layout.HF)
         if self.rank0:  # committed (and exported): tell Prefect, without waiting (common.events)

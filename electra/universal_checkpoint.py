@@ -55,7 +55,10 @@ What DeepSpeed needs, and what our code adds:
   eps and weight decay from ``zero/optimizer_state.pt``, the LR scheduler (``last_epoch``) and
   ``global_steps`` from the model-states file, exactly as on a plain load.
 * Every ``torch.load`` of the conversion and of the universal load runs weights-only
-  (``electra.deepspeed_states``), like the plain load.
+  (``electra.deepspeed_states``), like the plain load, and checks the file against the sum
+  written at save (``electra.checkpoint_sums``). Before converting, each rank checks the saved
+  partition files of its share and rank 0 the model states, and the ranks agree: a damaged
+  file stops every rank in one line before the conversion reads it (``_check_saved_files``).
 
 Trainer integration (every rank, after ``init_distributed``, BEFORE building the engine)::
 
@@ -176,10 +179,17 @@ def _model_states_file(step_dir: Path) -> Path:
 def saved_layout(step_dir: str | Path) -> SavedLayout:
     """World size, ZeRO stage and precision a checkpoint was saved with. Reads the model-states
     file memory-mapped and weights-only (its tensors are not read)."""
+    from electra import checkpoint_sums as sums_
     from electra.deepspeed_states import safe_load
 
     step_dir = Path(step_dir)
-    states = safe_load(_model_states_file(step_dir), mmap=True)
+    path = _model_states_file(step_dir)
+    sums_.check_size(path)  # a truncated file named in one line, before torch parses it
+    try:
+        states = safe_load(path, mmap=True)
+    except Exception:
+        sums_.verify(path)  # damaged after the save: say so in one line (else DeepSpeed's error)
+        raise
     ds_config = states.get("ds_config") or {}
     stage = int((ds_config.get("zero_optimization") or {}).get("stage", 0))
     world = states.get("dp_world_size")
@@ -313,6 +323,7 @@ def prepare_universal(plan: ResumePlan, *, rank: int, world_size: int, agree: Ag
         return plan.step_dir
     out = universal_dir(plan.step_dir)
     if agree(not is_converted(plan.step_dir)):  # some rank does not see it complete: convert
+        _check_saved_files(plan.step_dir, rank=rank, world_size=world_size)
         if rank == 0:
             log.info("converting %s to a universal checkpoint %s on %d rank(s)", plan.step_dir, out, world_size)
         tag = os.environ.get("MASTER_PORT", "run") if world_size > 1 else str(os.getpid())
@@ -321,6 +332,24 @@ def prepare_universal(plan: ResumePlan, *, rank: int, world_size: int, agree: Ag
         raise RuntimeError(f"{out}: missing after the conversion (the run directory is not on a filesystem "
                            "every rank sees)")
     return out
+
+
+def _check_saved_files(step_dir: Path, *, rank: int, world_size: int) -> None:
+    """Before the conversion reads the saved files: each rank checks the partition files of its
+    share (``electra.universal_conversion``: saved partition ``d`` by rank ``d % world_size``),
+    rank 0 the model states; the ranks agree, then every rank counts them checked
+    (``electra.checkpoint_sums``: ``check``, ``agree``, ``trust``)."""
+    from electra import checkpoint_sums as sums_
+
+    if not sums_.has_sums(step_dir):
+        return
+    saved = int(layout.read_meta(step_dir).get("world_size") or 1)
+    mine = [f for d in range(rank, saved, world_size)
+            for f in step_dir.glob(f"*zero_pp_rank_{d}_mp_rank_*optim_states.pt")]
+    if rank == 0:
+        mine = [*step_dir.glob("mp_rank_*_model_states.pt"), *mine]
+    sums_.agree(sums_.check(sorted(mine)))
+    sums_.trust(step_dir.glob("mp_rank_*_model_states.pt"))  # checked by rank 0; the others map its header
 
 
 def prune_orphans(run_dir: str | Path) -> list[Path]:

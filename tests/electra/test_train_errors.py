@@ -191,3 +191,24 @@ def test_help_says_each_flag_and_its_default_in_words():
     assert "default None" not in text
     assert "default: on when a Prefect API is configured" in flags["--keep-until-evaluated"]
     assert "default: optimizer.total_steps" in flags["--max-steps"]
+
+
+def test_a_shard_altered_after_the_manifest_is_one_line_naming_it_when_the_loader_meets_it(tmp_path):
+    """Same size, other bytes: found mid-epoch by the loader worker reading it (sha256 against the
+    manifest), which torch re-raises with the worker's traceback as its message: the one line
+    printed is the original error's, naming the shard; exit status 2."""
+    import json
+
+    corpus = write_tiny_corpus(tmp_path / "c", seq_len=32, train_shards=(10, 7, 13), validation_shards=(6,))
+    shard = next(s["path"] for s in json.loads((corpus / "manifest.json").read_text())["shards"]
+                 if s["split"] == "train")
+    blob = bytearray((corpus / shard).read_bytes())
+    blob[len(blob) // 2] ^= 0xFF
+    (corpus / shard).write_bytes(bytes(blob))
+    p = train("--config", "tiny", "--data", str(corpus), "--out", str(tmp_path / "r"), "--set", "data.seq_len=32",
+              "--set", "model.max_position_embeddings=64", "--set", "data.num_workers=2", "--max-steps", "2",
+              "--micro-batch", "4", "--set", "train.global_batch_size=8", "--set", "train.eval_every=0", timeout=300)
+    line = one_line_error(p, started=True)
+    assert line == (f"electra-train: error: {corpus / shard}: sha256 differs from the manifest (altered after the "
+                    "manifest was written)"), line
+    assert not (tmp_path / "r" / "checkpoints" / "latest").exists()

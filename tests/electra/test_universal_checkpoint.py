@@ -308,14 +308,15 @@ def test_zero1_resumes_from_2_ranks_on_1_and_from_1_rank_on_2(tmp_path):
     # the load, both ranks on one node: every file opened once for the node, those both ranks
     # load (the model states, the param groups, the parameters both partitions overlap) through
     # the mirror (tests/electra/test_checkpoint_mirror.py: without it, once per rank that loads);
-    # the saved partition by the rank extracting it and by rank 0 for the common state
+    # the saved partition by the rank extracting it and by rank 0 for the common state, and once
+    # more by the rank of its share checking it against its sum before the conversion (checkpoint_sums)
     read = opens(tmp_path / "opens.log")
     assert read[out / "mp_rank_00_model_states.pt"] == read[out / "zero" / "optimizer_state.pt"] == 1
     params = {f: n for f, n in read.items() if f.parent.parent == out / "zero"}
     assert len(params) == 4 * 6 and set(params.values()) == {1}, params  # 6 trained tensors (one tied) x 4 states
     loads = json.loads((b_resume / "universal_loads.json").read_text())
     assert set(loads[0]) & set(loads[1]) and set(loads[0]) != set(loads[1])  # shared and own parameters
-    assert read[step_dir / "zero_pp_rank_0_mp_rank_00_optim_states.pt"] == 2
+    assert read[step_dir / "zero_pp_rank_0_mp_rank_00_optim_states.pt"] == 3
     assert not any((tmp_path / "node").iterdir())
     assert sorted(p.name for p in root.iterdir() if p.name.startswith("step_")) == [
         "step_00000003", "step_00000003.universal"]
