@@ -172,7 +172,7 @@ class CountingProxy(S3Proxy):
 
     def has_rules(self) -> bool:
         r = self._rules
-        return bool(r.windows or r.deny or r.truncate or r.misreport or r.cut or r.reset)
+        return bool(r.windows or r.deny or r.truncate or r.misreport or r.cut or r.reset or r.chaos)
 
     def count(self, kind: str, bytes_in: int, bytes_out: int, *, request: bool = False) -> None:
         with self._lock:
