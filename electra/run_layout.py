@@ -51,6 +51,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from common.sealed import seal, unseal
+
 log = logging.getLogger(__name__)
 
 CHECKPOINTS = "checkpoints"
@@ -123,8 +125,9 @@ def step_dirs(run_dir: str | Path) -> list[Path]:
 def read_meta(step_dir: str | Path) -> dict[str, Any]:
     """``meta.json`` as a mapping; ValueError naming the file when it cannot be read or parsed."""
     path = Path(step_dir) / META
-    try:
-        data = json.loads(path.read_text())
+    try:  # sealed (common.sealed): a digit changed in it is found, not read as another step
+        data = unseal(path.read_bytes(), str(path), what="checkpoint meta",
+                      fix=f"delete {Path(step_dir).name} to resume from the checkpoint before it")
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ValueError(f"{path}: unreadable checkpoint meta ({exc})") from exc
     if not isinstance(data, dict):
@@ -195,7 +198,7 @@ class CheckpointMeta:
             raise ValueError(f"{Path(step_dir) / META}: unreadable checkpoint meta ({exc})") from exc
 
     def to_json(self) -> bytes:
-        return (json.dumps(asdict(self), indent=2) + "\n").encode()
+        return seal(asdict(self))
 
 
 def find_latest(run_dir: str | Path) -> Path | None:

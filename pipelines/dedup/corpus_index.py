@@ -46,7 +46,7 @@ from pipelines.dedup.minhash import EMPTY, band_hashes, minhash_signatures
 from pipelines.engine import written
 from pipelines.engine.parts import Parts
 from pipelines.engine.shuffle import PART, default_ranges, hash_partition, reduce, shuffle
-from pipelines.schema.sealed import DamagedJSON, seal, unseal
+from common.sealed import DamagedJSON, seal, unseal
 
 KINDS = ("exact", "bands", "docs")
 META = "_index.json"

@@ -65,6 +65,7 @@ from typing import Any
 from common import storage
 from common.config import ConfigError
 from common.hashing import digest
+from common.sealed import DamagedJSON
 from pipelines import schema
 from pipelines.corpus_job import CorpusJob
 from pipelines.engine import block_journal
@@ -74,7 +75,6 @@ from pipelines.orchestration.checks import check_outputs, expected_outputs, tran
 from pipelines.orchestration.progress import Progress
 from pipelines.orchestration.stages import (CODE_VERSION, FILES_LIST, LIBRARIES, REJECTED_LIST, STAGES, Stage,
                                             StageResult, StageRun, filter_fingerprint, tokenizer_fingerprint)
-from pipelines.schema.sealed import DamagedJSON
 
 log = logging.getLogger("pipelines.orchestration.runner")
 SUCCESS = "_SUCCESS"

@@ -18,7 +18,7 @@ from common import storage
 from pipelines.schema.layout import FORMAT_VERSION, MANIFEST_NAME, READABLE_VERSIONS, TOKENIZER_DIR
 from pipelines.schema.rejected import (RejectedIndex, RejectedInfo, RejectedList, read_rejected,
                                        write_rejected_lists)
-from pipelines.schema.sealed import DamagedJSON, seal, unseal
+from common.sealed import DamagedJSON, seal, unseal
 
 
 @dataclass

@@ -131,3 +131,28 @@ def test_resolve_checkpoint_one_rule_and_one_line_errors(tmp_path):
     (tmp_path / "config_only" / "config.json").write_text("{}")  # the trainer started, saved nothing
     with pytest.raises(layout.NoCheckpoint, match="no complete checkpoint in"):
         layout.resolve_checkpoint(tmp_path / "config_only")
+
+
+def test_meta_json_is_sealed_and_a_changed_digit_is_named(tmp_path):
+    """``meta.json`` carries the sha256 of its own content (common.sealed): a digit changed in it
+    (here the step) is one error naming the file, never read as another step; a hand-written
+    meta without the field reads as before."""
+    import hashlib
+
+    step_dir = tmp_path / "checkpoints" / "step_00000004"
+    step_dir.mkdir(parents=True)
+    meta = layout.CheckpointMeta(step=4, tokens_seen=1234, data_position={"epoch": 0, "step": 4},
+                                 manifest_sha256="m", tokenizer_sha256="t", config_hash="c", wall_time=1.5)
+    (step_dir / layout.META).write_bytes(meta.to_json())
+    written = json.loads((step_dir / layout.META).read_text())
+    body = {k: v for k, v in written.items() if k != "sha256"}  # an independent recomputation
+    assert written["sha256"] == hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":"))
+                                               .encode()).hexdigest()
+    assert layout.CheckpointMeta.read(step_dir) == meta
+    text = (step_dir / layout.META).read_text()
+    (step_dir / layout.META).write_text(text.replace('"tokens_seen": 1234', '"tokens_seen": 1235'))
+    with pytest.raises(ValueError, match=r"step_00000004/meta\.json: damaged checkpoint meta: .*delete "
+                                          r"step_00000004 to resume from the checkpoint before it"):
+        layout.CheckpointMeta.read(step_dir)
+    (step_dir / layout.META).write_text(json.dumps(body))
+    assert layout.CheckpointMeta.read(step_dir) == meta

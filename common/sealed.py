@@ -1,4 +1,5 @@
-"""JSON files that carry their own checksum: ``manifest.json`` and a dedup index's ``_index.json``.
+"""JSON files that carry their own checksum: ``manifest.json``, a dedup index's ``_index.json``,
+a checkpoint's ``meta.json``.
 
 Why. Every other artifact of a corpus is checked against something that names it: a shard
 against the manifest's sha256, the tokenizer against the manifest's ``tokenizer.sha256``, a
