@@ -16,7 +16,7 @@ sorted by key), ``P`` a power of two giving parts of about ``PART_BYTES``: so a 
 generation. ``_index.json``, written last, records ``P``, the dedup settings the keys depend on
 and every part's rows, bytes and crc32 (a part with no rows is not written, and a listed part
 that is missing or altered is an error naming it). ``_index.json`` is sealed
-(``pipelines.schema.sealed``: a ``"sha256"`` over its canonical JSON), since nothing else names
+(``common.sealed``: a ``"sha256"`` over its canonical JSON), since nothing else names
 its bytes: a flipped digit of ``P`` would send every probe to the wrong part and miss duplicates
 silently. A torn, unparseable or altered ``_index.json`` is one ``CorpusIndexError`` naming it
 and its generation; one written before the seal is read unchecked.

@@ -4,7 +4,7 @@ quarantine's part lists it names are in ``pipelines.schema.rejected``).
 The manifest checks itself: ``encode`` adds ``"sha256"``, the sha256 of its canonical JSON
 without that field, and ``parse`` (so ``load`` too) recomputes it and refuses a manifest whose
 bytes changed after it was written, in one line naming ``manifest.json`` and the corpus
-(``pipelines.schema.sealed`` explains the design). Everything else in the corpus is checked
+(``common.sealed`` explains the design). Everything else in the corpus is checked
 against the manifest (shards, tokenizer, rejected lists), so a flipped digit in it (a shard's
 example count, ``seq_len``) would otherwise go unseen. A manifest written before the field
 existed has none and is read unchecked, as before. The field is not a dataclass field: it is a

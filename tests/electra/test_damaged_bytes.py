@@ -8,7 +8,7 @@ warning line. ``electra/train.py`` prints such an error as ``train: error: <mess
 
 Before issue 51 a flipped byte in ``manifest.json`` that still parsed (a digit) went unseen: the
 corpus then had another ``seq_len`` (or example count) and was trained on as such; the manifest
-now carries a seal (``pipelines.schema.sealed``).
+now carries a seal (``common.sealed``).
 """
 from __future__ import annotations
 

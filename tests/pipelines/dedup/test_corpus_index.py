@@ -199,7 +199,7 @@ def test_the_record_lists_every_part_with_its_rows_bytes_and_crc(written):
         assert sum(n for _, n, _, _ in listed) == meta["rows"][kind]
     assert meta["bytes"] == total
     # write_index's answer is the record without its parts (and its seal: the sha256 of the
-    # rest as compact, key-sorted JSON; pipelines.schema.sealed)
+    # rest as compact, key-sorted JSON; common.sealed)
     seal = meta.pop("sha256")
     assert seal == hashlib.sha256(json.dumps(meta, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
     assert written["record"] == {k: v for k, v in meta.items() if k != "parts"}

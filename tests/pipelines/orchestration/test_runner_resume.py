@@ -62,7 +62,7 @@ def stable(value):
 
 
 def unsealed(manifest: Path) -> dict:
-    """A manifest's fields without its seal, which covers the times too (pipelines.schema.sealed)."""
+    """A manifest's fields without its seal, which covers the times too (common.sealed)."""
     d = json.loads(manifest.read_text())
     d.pop("sha256", None)
     return d
