@@ -211,16 +211,12 @@ def s3_server(tmp_path_factory):
     server = S3Server(free_port(), tmp_path_factory.mktemp("moto") / "moto.log")
     env = {"AWS_ENDPOINT_URL": server.endpoint, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
            "AWS_DEFAULT_REGION": "us-east-1"}
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
+    from benchmarks._counting_s3 import pointed_at
+
     _SESSION.update(server=server, env=env)
     try:
-        yield server
+        with pointed_at(env):
+            yield server
     finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
         _SESSION.clear()
         server.stop()

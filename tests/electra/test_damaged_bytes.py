@@ -20,22 +20,10 @@ import pytest
 from electra import corpus as sd
 from electra.train import user_errors
 from pipelines import schema
+from tests._damage import DAMAGES, damage
 from tests.electra._corpus import shard_path, upload_corpus, write_tiny_corpus
 
 SEQ = 32
-DAMAGES = ("flip", "truncate")
-
-
-def damage(path: Path, how: str) -> None:
-    """Flip one bit of the middle byte, or keep the first half of the file."""
-    data = bytearray(path.read_bytes())
-    if how == "flip":
-        data[len(data) // 2] ^= 0x01
-    else:
-        del data[len(data) // 2:]
-    path.write_bytes(bytes(data))
-
-
 def one_line(exc: BaseException) -> str:
     assert isinstance(exc, user_errors()), f"train would print a traceback for {exc!r}"
     message = str(exc)

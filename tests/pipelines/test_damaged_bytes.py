@@ -34,22 +34,10 @@ from pipelines.corpus_job import CorpusJob
 from pipelines.orchestration.append import load_prior
 from pipelines.orchestration.runner import CorpusBuild
 from synthetic import prose
+from tests._damage import DAMAGES, damage
 
 CFG = {"tokenizer": {"vocab_size": 600, "min_frequency": 1}, "shard": {"min_shards_per_split": 2},
        "pack": {"seq_len": 64, "validation_fraction": 0.1, "seed": 7}}
-DAMAGES = ("flip", "truncate")
-
-
-def damage(path: Path, how: str) -> None:
-    """Flip one bit of the middle byte, or keep the first half of the file."""
-    data = bytearray(path.read_bytes())
-    if how == "flip":
-        data[len(data) // 2] ^= 0x01
-    else:
-        del data[len(data) // 2:]
-    path.write_bytes(bytes(data))
-
-
 def one_line(exc: BaseException) -> str:
     """The line build-corpus prints for ``exc`` (``cli._errors.user_error``: found in what Ray
     wraps, the first line of a known error; None would mean a traceback), checked to be the
