@@ -29,7 +29,18 @@ FLAGS = ["--max-steps", str(MAX_STEPS), "--micro-batch", "2", "--save-every", "2
 
 
 def launch(corpus, out, *hooks, extra=()):
-    """``deepspeed --num_gpus 2`` in its own session: a hook's ``--kill-group`` kills exactly this tree."""
+    """``deepspeed --num_gpus 2`` in its own session: a hook's ``--kill-group`` kills exactly this tree.
+    The master port is picked free, then bound by the launched rank 0: another test process can
+    take it in between (a CI run's launch failed at the rendezvous with EADDRINUSE, before any
+    step or checkpoint); such a launch is made again on another port."""
+    for _ in range(3):
+        p = _launch_once(corpus, out, *hooks, extra=extra)
+        if p.returncode != 1 or "EADDRINUSE" not in p.stderr:
+            return p
+    return p
+
+
+def _launch_once(corpus, out, *hooks, extra=()):
     launcher = [str(VENV_BIN / "deepspeed"), "--num_gpus", "2", "--master_port", str(free_port())]
     script = ["tests/electra/_train_with_hooks.py", "--kill-group", *hooks] if hooks else ["electra/train.py"]
     cmd = [*launcher, *script, *train_cmd(corpus, out, *FLAGS, *extra)[2:]]
