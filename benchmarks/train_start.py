@@ -76,6 +76,7 @@ and the load average are printed beside the figures.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -91,7 +92,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from benchmarks import resume_reads, start_scale  # noqa: E402
-from benchmarks._counting_s3 import CREDENTIALS, start_moto, stop  # noqa: E402
+from benchmarks._counting_s3 import CREDENTIALS, pointed_at, start_moto, stop  # noqa: E402
 from tests._s3proxy import S3Proxy, _Handler  # noqa: E402
 
 STARTUP_BATCH = 2048
@@ -503,18 +504,16 @@ def main(argv: list[str] | None = None) -> dict:
     # main() also runs inside a test process: the logging switch and the store variables set here
     # are put back on the way out, or every later test in that process would log nothing below
     # ERROR and reach a stopped proxy
-    saved_env = {k: os.environ.get(k) for k in ("AWS_ENDPOINT_URL", *CREDENTIALS)}
     saved_disable = logging.root.manager.disable
     logging.disable(logging.WARNING)  # resolve's per-rank info lines, 584 times
     print(cpu_line(), flush=True)
     moto, endpoint = start_moto()
     proxy = CountingProxy(endpoint)
+    env = contextlib.ExitStack()
     try:
-        os.environ.update({"AWS_ENDPOINT_URL": proxy.start(), **CREDENTIALS})
+        env.enter_context(pointed_at({"AWS_ENDPOINT_URL": proxy.start(), **CREDENTIALS}))
         import fsspec
-        import s3fs
 
-        s3fs.S3FileSystem.clear_instance_cache()
         fsspec.filesystem("s3", use_listings_cache=False).mkdir("train-start")
         with tempfile.TemporaryDirectory() as tmp:
             work = Path(tmp)
@@ -545,14 +544,7 @@ def main(argv: list[str] | None = None) -> dict:
         proxy.stop()
         stop(moto)
         logging.disable(saved_disable)
-        for k, v in saved_env.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        import s3fs
-
-        s3fs.S3FileSystem.clear_instance_cache()
+        env.close()
     lines = report(rows, reads, measured, rejected=args.rejected, manifest_bytes=manifest_bytes, geometry=geometry)
     lines += ["", *size_report(sized)]
     lines += ["", *resume_reads.report(resume, scale=scale)] if resume else []
