@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from electra.corpus import check_shards, open_corpus, read_shard
+from electra.data.corpus import check_shards, open_corpus, read_shard
 from pipelines import schema
 
 

@@ -17,7 +17,7 @@ proportionally MORE steps over the same stream and sees more tokens. Each run se
 both schedules decay to 0 exactly at the budget. (The alternative, equal steps, gives ELECTRA
 more compute and is not what is compared here.)
 
-Budget. FLOPs = non-pad tokens seen x ``electra.flops.training_flops_per_token`` (ELECTRA's
+Budget. FLOPs = non-pad tokens seen x ``electra.model.flops.training_flops_per_token`` (ELECTRA's
 includes its generator). ``--electra-steps`` fixes ELECTRA's steps; ``--budget-flops`` derives
 them from the corpus' mean non-pad tokens per example (manifest). ELECTRA runs first; MLM gets
 the FLOPs ELECTRA spent (its final checkpoint's ``tokens_seen`` x its FLOPs per token) at
@@ -59,9 +59,9 @@ import time
 from pathlib import Path
 
 from benchmarks.electra_vs_mlm_report import collect_row, write_report
-from electra import run_layout
+from electra.checkpoint import run_layout
 from electra.config import load_config
-from electra.flops import training_flops_per_token
+from electra.model.flops import training_flops_per_token
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "electra" / "configs"

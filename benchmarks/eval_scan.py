@@ -19,8 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from electra import eval_handoff as handoff
-from electra import run_layout as layout
+from electra.checkpoint import eval_handoff as handoff
+from electra.checkpoint import run_layout as layout
 from evaluation.pending import pending_checkpoints
 
 

@@ -8,7 +8,7 @@ Same examples, same weights, same recipe on every side:
   trained on those texts with the project's own trainer (``pipelines.tokenizer``, vocab 30522)
   and every side gets the same token ids, cut to ``--max-len`` (128).
 * model: an ELECTRA-Small-shaped discriminator (``electra/configs/small.json``), randomly
-  initialised with a fixed seed and exported with ``electra.hf_export.export_hf``; ours loads it
+  initialised with a fixed seed and exported with ``electra.checkpoint.hf_export.export_hf``; ours loads it
   with ``load_discriminator_encoder``, ``transformers`` with
   ``ElectraForSequenceClassification.from_pretrained`` on the same folder. (HF's classification
   head has one extra dense layer on [CLS]: negligible work.)
@@ -51,9 +51,9 @@ from evaluation.heads import SequenceHead, sequence_loss
 from evaluation.loop import (load_tokenizer, lr_multiplier, pad_batch, predict,
                                    resolve_device, resolve_precision, train)
 from evaluation.recipe import recipe_for_size
-from electra.hardware import cpu_features, cpu_kind
-from electra.hf_export import export_hf
-from electra.model import ElectraForPretraining
+from electra.distributed.hardware import cpu_features, cpu_kind
+from electra.checkpoint.hf_export import export_hf
+from electra.model.networks import ElectraForPretraining
 
 PRESET = Path(__file__).resolve().parents[1] / "electra" / "configs" / "small.json"
 GLUE = Path("/work/shared/data/glue")

@@ -33,13 +33,13 @@ reported. A side that runs out of device memory, when built or stepping, is reco
 rewritten after every configuration, so a run cut off by a time limit keeps what it measured.
 
 Figures per side: sequences/s, real (non-pad) tokens/s, model FLOP/s = tokens/s x
-``electra.flops.training_flops_per_token`` at the batch's mean attention length (generator +
+``electra.model.flops.training_flops_per_token`` at the batch's mean attention length (generator +
 discriminator, forward + backward, matmuls only; the same useful-work numerator for both sides,
 so work on padding earns nothing), and MFU against (a) the peak measured here: the best of ten
 n^3 matmuls in the run's precision after warm-up, timed with CUDA events, i.e. what this device,
 its clocks and cuBLAS really deliver, and (b) the nominal datasheet figure of
-``electra.metrics_log.peak_flops`` when the device is in its table (else null). The loader figure
-is ``electra.data.TrainStream`` (the preset's workers and read-ahead, the configuration's micro
+``electra.run.metrics_log.peak_flops`` when the device is in its table (else null). The loader figure
+is ``electra.data.stream.TrainStream`` (the preset's workers and read-ahead, the configuration's micro
 batch) pulling one epoch of a generated corpus at the configuration's length from a cold start
 (worker start-up, shard reads and hashes, collation), and its ratio to our step's consumption.
 """
@@ -59,14 +59,14 @@ from torch import nn
 
 from benchmarks import load_test_helper
 from benchmarks.step import hf_electra_loss, make_batch
-from electra import data as sd
-from electra import metrics_log
+from electra.data import stream as sd
+from electra.run import metrics_log
 from electra.config import ElectraConfig, load_config
-from electra.distributed import configure_fast_path
-from electra.flops import training_flops_per_token
-from electra.model import ElectraForPretraining
-from electra.objective import ElectraObjective, SpecialTokens
-from electra.optim import build_optimizer
+from electra.distributed.deepspeed_glue import configure_fast_path
+from electra.model.flops import training_flops_per_token
+from electra.model.networks import ElectraForPretraining
+from electra.model.objective import ElectraObjective, SpecialTokens
+from electra.run.optim import build_optimizer
 
 REPO = Path(__file__).resolve().parent.parent
 SP = SpecialTokens()

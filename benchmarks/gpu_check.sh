@@ -47,7 +47,7 @@ if command -v nvidia-smi >/dev/null; then
   timeout 240 $PY -c "
 import torch
 from electra.config import OptimizerConfig
-from electra.optim import fused_adam
+from electra.run.optim import fused_adam
 print(type(fused_adam([{'params': [torch.zeros(4, device='cuda', requires_grad=True)]}], OptimizerConfig())).__name__)
 " 2>&1 | tail -n 3
 fi
@@ -86,10 +86,10 @@ PYEOF
 
 tests() {
   stamp "CUDA tests"
-  timeout "$T_TESTS" $PY -m pytest -q -p no:cacheprovider -rs --timeout=120 tests/electra/test_numerics.py \
-    "tests/electra/test_model_unpad.py::test_cuda_unpadded_matches_padded" \
-    "tests/electra/test_model_unpad.py::test_cuda_varlen_flash_equals_attention_row_by_row" \
-    "tests/electra/test_objective.py::test_masking_and_sampling_never_wait_for_the_host" \
+  timeout "$T_TESTS" $PY -m pytest -q -p no:cacheprovider -rs --timeout=120 tests/electra/model/test_numerics.py \
+    "tests/electra/model/test_unpadding.py::test_cuda_unpadded_matches_padded" \
+    "tests/electra/model/test_unpadding.py::test_cuda_varlen_flash_equals_attention_row_by_row" \
+    "tests/electra/model/test_objective.py::test_masking_and_sampling_never_wait_for_the_host" \
     "tests/evaluation/test_finetune.py::test_same_code_on_cuda" \
     "tests/electra/test_train.py::test_precision_fallback_only_off_gpu" > "$OUT/tests.log" 2>&1
   echo "exit $?"; grep -E "^(FAILED|ERROR|E  )" "$OUT/tests.log" | head -n 20; tail -n 12 "$OUT/tests.log"

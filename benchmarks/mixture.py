@@ -6,7 +6,7 @@ several ``--data`` corpora.
 
 Three measurements, in one process:
 
-1. **Sample order** (``electra.mixture`` + ``electra.sample_order``; no I/O). For each number of
+1. **Sample order** (``electra.data.mixture`` + ``electra.data.sample_order``; no I/O). For each number of
    sources ``S`` in ``--sources``: ``S x --shards`` synthetic shard references (``--examples``
    per shard, varied +-25% by a seeded rng), weights alternating 1 and 3 (one source: no weights and
    no mixture, as the trainer builds it). Timed apart, each the best of ``--repeats`` (the block
@@ -65,12 +65,12 @@ import numpy as np
 
 from benchmarks import load_test_helper
 from common import storage
-from electra import sample_order
-from electra.corpus import ShardRef
-from electra.corpus_set import open_corpora
-from electra.data import TrainStream
-from electra.mixture import Mixture, takes_for
-from electra.sample_order import StreamPlan
+from electra.data import sample_order
+from electra.data.corpus import ShardRef
+from electra.data.corpus_set import open_corpora
+from electra.data.stream import TrainStream
+from electra.data.mixture import Mixture, takes_for
+from electra.data.sample_order import StreamPlan
 
 COUNTED = ("read_bytes", "list_sizes", "info")
 GOAL = 0.95

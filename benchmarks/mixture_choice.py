@@ -11,7 +11,7 @@ source is repeated):
 - **previous**: the shipped choice before the window (``previous_choice``, kept here as the
   baseline): the source's shards permuted per epoch, taken whole while they fit, then the first
   examples of one more;
-- **window**: ``electra.mixture.epoch_slices`` (a window over rotated cycles of permuted shards).
+- **window**: ``electra.data.mixture.epoch_slices`` (a window over rotated cycles of permuted shards).
 
 Per epoch, for each: the time to compute the epoch's slices (the median of ``--timing-epochs``
 epochs, alternating the two), the shards opened and their bytes (what a loader reads: every shard
@@ -38,8 +38,8 @@ from typing import Any
 import numpy as np
 
 from benchmarks.mixture import finish, machine, machine_line, smoke_sizes
-from electra.corpus import ShardRef
-from electra.mixture import Mixture, ShardSlice, epoch_slices
+from electra.data.corpus import ShardRef
+from electra.data.mixture import Mixture, ShardSlice, epoch_slices
 
 SMOKE = {"shards": "40,80,160,320", "rates": "0.02,1.3", "epochs": 200, "timing_epochs": 3}
 

@@ -27,10 +27,10 @@ from typing import Any
 import numpy as np
 
 from benchmarks.mixture import finish, machine, machine_line, smoke_sizes
-from electra import node_cache_space as space
-from electra.corpus import ShardRef
-from electra.node_cache import NodeCache, NodeRanks
-from electra.sample_order import StreamPlan
+from electra.data import node_cache_space as space
+from electra.data.corpus import ShardRef
+from electra.data.node_cache import NodeCache, NodeRanks
+from electra.data.sample_order import StreamPlan
 
 SMOKE = {"ranks_per_node": "1,2", "workers": "2", "world": 4, "shards": 200, "repeats": 1, "global_batch": 64}
 

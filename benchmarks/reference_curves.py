@@ -15,7 +15,7 @@ reference on a fixed subset of the real books, and compare a run against a refer
 ``eval_*`` fields. **Provenance**: the command, the git commit (``+dirty`` when the tree has
 changes), the run's ``config.json`` and its sha256, the corpus identity from the newest checkpoint's
 ``meta.json`` (``manifest_sha256``, ``tokenizer_sha256``, ``data_sha256``), the CPU kind (``AMX`` /
-``AVX512`` / ``AVX2``, ``electra.hardware.cpu_kind``: the matmul kernels, hence the fp32 rounding,
+``AVX512`` / ``AVX2``, ``electra.distributed.hardware.cpu_kind``: the matmul kernels, hence the fp32 rounding,
 differ between them), the torch version and the date.
 
 **Fixed corpus.** Five named Gutenberg books (``BOOKS``, smallest of the 58, 1.4 MB) through the
@@ -51,8 +51,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from electra import run_layout
-from electra.hardware import cpu_kind
+from electra.checkpoint import run_layout
+from electra.distributed.hardware import cpu_kind
 
 REPO = Path(__file__).resolve().parent.parent
 GUTENBERG = REPO.parent / "shared" / "data" / "corpus" / "gutenberg"

@@ -1,5 +1,5 @@
 """Checkpoint bytes each rank reads from the run directory at resume, at 8, 64 and 512 ranks,
-with and without the node's checkpoint mirror (``electra.checkpoint_mirror``).
+with and without the node's checkpoint mirror (``electra.checkpoint.mirror``).
 
     .venv/bin/python benchmarks/resume_reads.py [--ranks 8,64,512] [--ranks-per-node 8]
         [--scale 64] [--tensors 96] [--json OUT] [--smoke]
@@ -85,7 +85,7 @@ def _rank(root, files, rank, world, per_node, mirror_root, log, done, param_load
 def _load_files(root, files, rank, world, per_node, mirror_root, log, done, param_loads):
     import torch
 
-    from electra.checkpoint_mirror import CheckpointMirror
+    from electra.checkpoint.mirror import CheckpointMirror
     from tests._opens import log_opens
 
     log_opens(root, log)
@@ -113,11 +113,11 @@ def node_bytes(root: Path, files_of_rank, *, world: int, per_node: int, mirror_r
     # ranks start clean from a server process (forked from a test process, they inherited its
     # state: one failed in CI after other tests had run in that process)
     ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["torch", "electra.checkpoint_mirror", "benchmarks.resume_reads"])
+    ctx.set_forkserver_preload(["torch", "electra.checkpoint.mirror", "benchmarks.resume_reads"])
     from benchmarks.resume_reads import _rank as target  # by module name, also when run as a script
 
     done = ctx.Barrier(per_node)
-    # per rank of the world, the parameters it loads (electra.distributed.universal_loads); the
+    # per rank of the world, the parameters it loads (electra.distributed.deepspeed_glue.universal_loads); the
     # node's ranks' are what counts here
     loads = [sorted({rel.split("/")[1] for rel in files_of_rank(r) if rel.startswith("zero/t")})
              if r < per_node else [] for r in range(world)]

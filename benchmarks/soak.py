@@ -24,7 +24,7 @@ drawing everything from ``seed + r``:
    flipped in the finished run's newest checkpoint. The trainer must stop in one line naming
    the damaged file; with ``data.skip_corrupt=true`` the truncated shard (found by its size
    before step 1) is skipped with a line naming it. A flipped byte in a shard is always an
-   error, never a skip: it is found mid-epoch by the rank reading it (``electra.corpus``).
+   error, never a skip: it is found mid-epoch by the rank reading it (``electra.data.corpus``).
 
 Printed per fault kind: injected, survived (the output still identical), named (the error or
 skip named the file); the store's requests and the refused ones (each a retry somewhere), and
@@ -113,7 +113,7 @@ class Soak:
                  "--save-every", str(SAVE_EVERY), "--micro-batch", "4", "--seed", "7", "--set",
                  "train.global_batch_size=8", "--set", "train.eval_every=0", *extra]
         if self.ranks > 1:
-            from electra.distributed import free_port
+            from electra.distributed.deepspeed_glue import free_port
 
             prog = [str(Path(sys.executable).parent / "deepspeed"), "--num_gpus", str(self.ranks),
                     "--master_port", str(free_port()), *script]
@@ -133,8 +133,8 @@ def losses(run_dir: Path) -> list[tuple]:
 
 def latest_is_complete(run_dir: Path) -> bool:
     """``latest`` (when there is one) names a checkpoint with ``meta.json`` whose sums verify."""
-    from electra import checkpoint_sums
-    from electra import run_layout as layout
+    from electra.checkpoint import sums as checkpoint_sums
+    from electra.checkpoint import run_layout as layout
 
     pointer = layout.checkpoints_dir(run_dir) / layout.LATEST
     if not pointer.exists():
@@ -225,7 +225,7 @@ def damage(soak: Soak, name: str, corpus: str, run_dir: Path, rng: random.Random
     """A byte flipped in a copy of the corpus (a shard; the manifest or the tokenizer in turn)
     and in the run's newest checkpoint: each must be named by the trainer in its one error line."""
     from common import storage
-    from electra import run_layout as layout
+    from electra.checkpoint import run_layout as layout
     from pipelines import schema
 
     with soak.direct():

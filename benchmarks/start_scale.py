@@ -9,7 +9,7 @@ at about 2 bytes per token); the trainer's geometry: global batch 2,048, 64 stre
 
 * **Start-up bytes per rank**: *before* (835e044), the manifest every rank read
   (``open_corpus``), serialised as ``Manifest.save`` writes it (JSON, indent 2) with one entry per
-  shard, plus the tokenizer; one GET each. *After* (``electra.shared_plan``), rank 0 alone reads
+  shard, plus the tokenizer; one GET each. *After* (``electra.run.shared_plan``), rank 0 alone reads
   them (and lists the shard folder: one LIST, its answer not counted here) and broadcasts its
   plan; the other ranks read nothing of the corpus from the store. The broadcast's bytes per rank
   are the pickled plan: the manifest's shard entries and the shard check's refs, pickled for
@@ -17,7 +17,7 @@ at about 2 bytes per token); the trainer's geometry: global batch 2,048, 64 stre
 * **Count pass per rank** (``NodeCache.uses``: one schedule per (rank, worker) of rank 0's node
   over the whole epoch): *before*, the per-example walk the schedule used to make
   (``walk_schedule``, the previous code kept here); *after*, the per-block schedule
-  (``electra.shard_schedule``). Both include ``ordered_shards`` (computed once per pass). Where
+  (``electra.data.shard_schedule``). Both include ``ordered_shards`` (computed once per pass). Where
   the epoch is longer than ``walk_steps`` steps the walk is timed on its first ``walk_steps`` and
   ``walk_steps / 2`` steps and extended linearly to the epoch's steps (its cost is a fixed part
   plus one linear in the positions walked): such figures are marked *derived*.
@@ -41,7 +41,7 @@ SIZES = {"1 GB": 10**9, "100 GB": 10**11, "1 TB": 10**12, "10 TB": 10**13}
 
 def walk_schedule(plan, epoch: int, segments, start: int, stop: int, ordered):
     """The previous ``StreamPlan.schedule``: every position mapped, 65,536 at a time."""
-    from electra.sample_order import ShardSchedule
+    from electra.data.sample_order import ShardSchedule
 
     stop = min(stop, plan.steps_per_epoch)
     ordered, bounds = ordered
@@ -95,7 +95,7 @@ def broadcast_bytes(shards: int) -> int:
     refs (the per-shard part, pickled for real), plus ``PLAN_HEAD_BYTES``."""
     import pickle
 
-    from electra.corpus import ShardRef
+    from electra.data.corpus import ShardRef
     from pipelines import schema
 
     paths = [f"shards/0123456789abcdef/train-{i:06d}.tar" for i in range(shards)]
@@ -107,8 +107,8 @@ def broadcast_bytes(shards: int) -> int:
 
 
 def plan_for(size: int, world: int):
-    from electra.corpus import ShardRef
-    from electra.sample_order import StreamPlan
+    from electra.data.corpus import ShardRef
+    from electra.data.sample_order import StreamPlan
 
     shards = max(1, size // SHARD_BYTES)
     per_shard = min(size, SHARD_BYTES) // EXAMPLE_BYTES

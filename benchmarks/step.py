@@ -18,7 +18,7 @@ the padded sides are not credited for their work on padding. Steps are timed in 
 (ours, ours-padded, theirs, ours, ...) and the median per step is taken, so a neighbour's load on
 the shared CPU hits all sides alike; compare ratios, not absolute numbers across runs. The ceiling
 is a 2048^3 matmul in the chosen precision, measured in the same run; the share of it uses
-``electra.flops.training_flops_per_token`` with the batch's mean attention length.
+``electra.model.flops.training_flops_per_token`` with the batch's mean attention length.
 
     .venv/bin/python benchmarks/step.py [--fill 0.59] [--rounds 5] [--threads N] [--profile] [--json out.json]
 """
@@ -34,10 +34,10 @@ import torch
 import torch.nn.functional as F
 
 from electra.config import ElectraConfig, load_config
-from electra.flops import training_flops_per_token
-from electra.model import ElectraForPretraining
-from electra.objective import ElectraObjective, SpecialTokens, apply_masking, gumbel_sample
-from electra.optim import build_optimizer, clip_grad_norm
+from electra.model.flops import training_flops_per_token
+from electra.model.networks import ElectraForPretraining
+from electra.model.objective import ElectraObjective, SpecialTokens, apply_masking, gumbel_sample
+from electra.run.optim import build_optimizer, clip_grad_norm
 
 SP = SpecialTokens()
 PRESET = Path(__file__).resolve().parents[1] / "electra" / "configs" / "small.json"

@@ -6,7 +6,7 @@ bookkeeping cost per step?
 
 Numbers from one process, same model, same engine:
 
-1. **Loader samples/s**: ``electra.data.TrainStream`` alone (the preset's worker count, read-ahead
+1. **Loader samples/s**: ``electra.data.stream.TrainStream`` alone (the preset's worker count, read-ahead
    and micro batch) pulling one whole epoch as fast as possible, timed from a cold start: worker
    start-up, every shard read and its sha256 verified, every batch collated. Goal: >= 10x what
    the trainer consumes. ``--data`` may be any corpus location (``s3://bucket/corpus``).
@@ -15,7 +15,7 @@ Numbers from one process, same model, same engine:
    (``StreamPlan.rank_share``: the bytes of the shards its streams touch), and their ratio: 1
    means every byte read once; shards on the border of two loader workers' regions are read by
    both. ``--loader-only`` reports these figures without the trainer (items 2 and 3).
-2. **Trainer samples/s and tokens/s end to end**: ``electra.trainer.Trainer.run`` (streaming,
+2. **Trainer samples/s and tokens/s end to end**: ``electra.run.trainer.Trainer.run`` (streaming,
    metrics every step, progress bar, a checkpoint at the end), measured from ``metrics.jsonl``
    over the steps after the warm-up. The warm-up is start-up, reported apart (``warmup_seconds``):
    each of the global batch's streams starts in another region of the corpus, so the first steps
@@ -65,14 +65,14 @@ import torch
 
 from benchmarks import load_test_helper
 from common import storage
-from electra import data as sd
-from electra.batch_geometry import batch_geometry
+from electra.data import stream as sd
+from electra.distributed.batch_geometry import batch_geometry
 from electra.config import load_config
-from electra.optim import clip_grad_norm
+from electra.run.optim import clip_grad_norm
 from pipelines import schema
 
 if TYPE_CHECKING:
-    from electra.trainer import Trainer
+    from electra.run.trainer import Trainer
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -283,8 +283,8 @@ def main() -> None:
 
 
 def measure(args: argparse.Namespace, tmp: Path, *, data: str, s3_data: str | None, seq_len: int) -> dict:
-    from electra.pretrain_job import job_from_args
-    from electra.pretrain_runner import PretrainRunner
+    from electra.run.job import job_from_args
+    from electra.run.runner import PretrainRunner
     from electra.train import parse_args
 
     sets = [f"train.global_batch_size={args.global_batch}", "train.log_every=1", "train.eval_every=0",

@@ -4,13 +4,13 @@
 
 Reads ``RUN_DIR/metrics.jsonl`` (the trainer's records) and prints, for the logged windows after
 the first (which holds start-up, allocator warm-up and kernel selection): optimizer steps/s,
-tokens/s, MFU (the trainer's, against the datasheet peak of ``electra.metrics_log.peak_flops``),
+tokens/s, MFU (the trainer's, against the datasheet peak of ``electra.run.metrics_log.peak_flops``),
 the most device memory a rank held (``max_memory_gib``, CUDA only), and the losses of the first
 and last windows with the evaluations. Then it checks the export: ``transformers`` loads
 ``RUN_DIR/hf/discriminator`` and ``hf/generator`` (``ElectraForPreTraining``,
 ``ElectraForMaskedLM``), and their logits on a real paragraph, tokenised by the run's tokenizer,
 are compared with those of our model rebuilt from the newest checkpoint's fp32 master weights
-read straight from the DeepSpeed files (``electra.deepspeed_states``): two implementations, two
+read straight from the DeepSpeed files (``electra.checkpoint.deepspeed_states``): two implementations, two
 paths from the same training state. Both run in fp32 with TF32 off. Exit status 1 when the
 export does not load or its logits differ by more than ``--tol`` (relative to their scale).
 """
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from electra import run_layout as layout
+from electra.checkpoint import run_layout as layout
 
 PARAGRAPH = ("It was the best of times, it was the worst of times, it was the age of wisdom, it was the age "
              "of foolishness, it was the epoch of belief, it was the epoch of incredulity, it was the season "
@@ -63,8 +63,8 @@ def export_check(run_dir: Path, tol: float) -> dict:
     from tokenizers import Tokenizer
 
     from electra.config import ElectraConfig
-    from electra.deepspeed_states import checkpoint_state_dict
-    from electra.model import ElectraForPretraining
+    from electra.checkpoint.deepspeed_states import checkpoint_state_dict
+    from electra.model.networks import ElectraForPretraining
 
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")

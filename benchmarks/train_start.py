@@ -19,11 +19,11 @@ Three measurements, in one process:
      corpus (``open_corpora``: manifest, tokenizer) and checks each split on its own
      (``CorpusSet.shards("train")``, ``.shards("validation")``: one listing each, of the same
      folder); rank 0 also copies the tokenizer into the run directory;
-   * **manifest** (the start-up of 835e044): every rank runs ``electra.pretrain_plan.resolve``
+   * **manifest** (the start-up of 835e044): every rank runs ``electra.run.plan.resolve``
      with its ``RANK`` and ``W`` (manifest, tokenizer; the shard check deferred), then rank 0 runs
      ``RunPlan.check_shards`` (one listing for both splits), what ``distributed.on_rank0``
      broadcast, and copies the tokenizer; the other ranks adopt the answer and list nothing;
-   * **after** (this code): every rank runs ``electra.shared_plan.resolve_rank`` with its ``RANK``
+   * **after** (this code): every rank runs ``electra.run.shared_plan.resolve_rank`` with its ``RANK``
      and ``W``: rank 0 resolves fully (manifest, tokenizer, the listing), the others only the
      corpus-free part; then ``share``, the broadcast emulated by pickling rank 0's plan (its size,
      the bytes each rank receives over the network, is printed) and unpickling it on the others;
@@ -45,11 +45,11 @@ Three measurements, in one process:
 
 2. **Shard reads per node in one epoch**, ``W`` ranks packed ``--ranks-per-node`` to a node.
 
-   * **before** (``electra.sample_order.StreamPlan.rank_share``; no I/O): ``--epoch-shards``
+   * **before** (``electra.data.sample_order.StreamPlan.rank_share``; no I/O): ``--epoch-shards``
      synthetic shards, a global batch of 2,048, the trainer's default 64 streams. For each node,
      the bytes its ranks' loaders would read with no node cache (each rank the shards its streams
      touch, once) over the bytes of the distinct shards they touch: 1.0 means once per node.
-   * **measured**: the real loader (``electra.data.TrainStream``) on a real corpus in moto behind
+   * **measured**: the real loader (``electra.data.stream.TrainStream``) on a real corpus in moto behind
      the counting proxy, ``--node-shards`` shards of ``--shard-examples`` examples, the same
      geometry. A node's ranks run at once as processes (forked from a preloaded server, each
      forking ``--loader-workers`` DataLoader workers) and read one epoch, with
@@ -68,7 +68,7 @@ Three measurements, in one process:
    read at start-up before (the manifest, whose size grows with the shards, and the tokenizer),
    those after (rank 0's alone) and the plan's broadcast bytes per rank, and the
    node cache's count pass each rank makes at every epoch start, the previous per-example walk
-   beside the per-block schedule (``electra.shard_schedule``), with their ratio.
+   beside the per-block schedule (``electra.data.shard_schedule``), with their ratio.
 
 ``--smoke`` shrinks it to seconds (the test's configuration). The CPU (``lscpu``'s model name)
 and the load average are printed beside the figures.
@@ -179,7 +179,7 @@ def write_corpora(work: Path, bucket: str, *, shards: int, rejected: int) -> dic
 
 # ------------------------------------------------------------------------------ one rank's start
 def start_before(loc: str, rank: int, run_dir: Path) -> None:
-    from electra.corpus_set import open_corpora
+    from electra.data.corpus_set import open_corpora
 
     corpora = open_corpora([loc])
     corpora.shards("train", skip_corrupt=False)
@@ -191,8 +191,8 @@ def start_before(loc: str, rank: int, run_dir: Path) -> None:
 def start_manifest(loc: str, rank: int, world: int, run_dir: Path, shared: dict) -> None:
     """The start-up of 835e044: every rank resolves with the corpus (manifest, tokenizer), rank 0
     alone lists the shards and every other rank adopts its answer."""
-    from electra.pretrain_job import PretrainJob
-    from electra.pretrain_plan import resolve
+    from electra.run.job import PretrainJob
+    from electra.run.plan import resolve
 
     os.environ["RANK"] = str(rank)
     plan = resolve(PretrainJob("tiny", loc, str(run_dir), list(STARTUP_OVERRIDES)), world_size=world,
@@ -206,13 +206,13 @@ def start_manifest(loc: str, rank: int, world: int, run_dir: Path, shared: dict)
 
 
 def start_after(loc: str, rank: int, world: int, run_dir: Path, shared: dict) -> None:
-    """This code: ``electra.shared_plan.resolve_rank`` with the rank's ``RANK``, then ``share``, the
+    """This code: ``electra.run.shared_plan.resolve_rank`` with the rank's ``RANK``, then ``share``, the
     broadcast emulated by pickling rank 0's plan (what ``broadcast_object_list`` sends: its size
     is ``shared["broadcast_bytes"]``) and unpickling it on the others; rank 0 copies the tokenizer."""
     import pickle
 
-    from electra.pretrain_job import PretrainJob
-    from electra.shared_plan import resolve_rank, share
+    from electra.run.job import PretrainJob
+    from electra.run.shared_plan import resolve_rank, share
 
     os.environ["RANK"] = str(rank)
     resolved = resolve_rank(PretrainJob("tiny", loc, str(run_dir), list(STARTUP_OVERRIDES)), rank=rank,
@@ -301,8 +301,8 @@ def per_size(proxy: CountingProxy, work: Path, bucket: str, shard_counts: list[i
 
 # ------------------------------------------------------------------------------ shard reads per node
 def node_reads(worlds: list[int], *, shards: int, per_node: int, examples: int = 4096) -> list[dict]:
-    from electra.corpus import ShardRef
-    from electra.sample_order import StreamPlan
+    from electra.data.corpus import ShardRef
+    from electra.data.sample_order import StreamPlan
 
     refs = tuple(ShardRef(f"s3://b/c/shards/g/train-{i:06d}.tar", examples, examples * 300, f"{i:064x}")
                  for i in range(shards))
@@ -331,7 +331,7 @@ def _bench_rank(p, env: dict, cache: str | None, workers: int, results) -> None:
     """One simulated rank (a process): one epoch through the real loader."""
     import multiprocessing as mp
 
-    from electra.data import TrainStream
+    from electra.data.stream import TrainStream
 
     mp.set_start_method("fork", force=True)  # a launched rank's DataLoader forks its workers
     os.environ.update(env)
@@ -345,12 +345,12 @@ def measured_reads(proxy: CountingProxy, loc: str, worlds: list[int], work: Path
     """Per world, per node run: store bytes over distinct shard bytes without and with the node cache."""
     import multiprocessing as mp
 
-    from electra.corpus import check_shards, open_corpus
-    from electra.sample_order import StreamPlan
+    from electra.data.corpus import check_shards, open_corpus
+    from electra.data.sample_order import StreamPlan
 
     refs = tuple(check_shards(open_corpus(loc), "train")[0])
     ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["electra.data", "benchmarks.train_start"])
+    ctx.set_forkserver_preload(["electra.data.stream", "benchmarks.train_start"])
     from benchmarks.train_start import _bench_rank as target  # by module name, also when run as a script
 
     rows = []

@@ -1,8 +1,8 @@
 """Wall time of the universal-checkpoint conversion split across the resuming ranks
-(``electra.universal_conversion.convert_across_ranks``) against DeepSpeed's own one-process
-converter (``electra.universal_checkpoint.convert``: ``ds_to_universal.main``), on the same real
+(``electra.checkpoint.universal_conversion.convert_across_ranks``) against DeepSpeed's own one-process
+converter (``electra.checkpoint.universal.convert``: ``ds_to_universal.main``), on the same real
 ZeRO checkpoint in the same run, next to the timeout the ranks wait with
-(``electra.universal_checkpoint.conversion_timeout``).
+(``electra.checkpoint.universal.conversion_timeout``).
 
     .venv/bin/python benchmarks/universal_conversion.py [--saved-ranks 4] [--ranks 1,2,4]
         [--repeats 3] [--layers 12] [--hidden 256] [--stage 1] [--work DIR] [--json OUT]
@@ -11,14 +11,14 @@ The checkpoint: ELECTRA-Small (the ``small`` preset: embeddings 128, discriminat
 ``--hidden`` with 4x feed-forward and hidden/64 heads, ``--layers`` layers; the defaults give
 ~14M parameters, ~160 MB of fp32 optimiser state) trained one optimiser step by ``--saved-ranks``
 real DeepSpeed ZeRO-``--stage`` fp32 ranks on CPU (gloo, as tests/electra/_zero_worker.py does)
-and saved with ``electra.checkpoint.save_checkpoint``: one partition file per saved rank.
+and saved with ``electra.checkpoint.save_load.save_checkpoint``: one partition file per saved rank.
 
 Then ``--repeats`` rounds; each round converts the checkpoint once with each converter, in that
 order, every conversion in FRESH processes (a removed universal folder before each; imports and
 the process group's start are outside the clock, the checkpoint's files are warm in the page
 cache): "deepspeed" (``convert`` in one process, as the offline command and the old rank-0
 conversion ran it) and "split" with W = each of ``--ranks`` rank processes, joined in a process
-group with a real ``electra.distributed.Agreement(conversion_timeout(step_dir))`` between the
+group with a real ``electra.distributed.deepspeed_glue.Agreement(conversion_timeout(step_dir))`` between the
 steps, as a resume runs it. Each rank's steps are timed through the agreement: a step's work
 ends when the rank calls ``agree`` and the step ends for all when the call returns (the wait);
 the conversion's wall time is from a barrier to the last rank's return. For DeepSpeed's converter
@@ -75,11 +75,11 @@ def save_rank(args) -> int:
     import torch
     import torch.nn.functional as F
 
-    from electra import checkpoint as ckpt
-    from electra import distributed as D
-    from electra import run_layout as layout
-    from electra.model import ElectraForPretraining
-    from electra.optim import build_optimizer, build_scheduler
+    from electra.checkpoint import save_load as ckpt
+    from electra.distributed import deepspeed_glue as D
+    from electra.checkpoint import run_layout as layout
+    from electra.model.networks import ElectraForPretraining
+    from electra.run.optim import build_optimizer, build_scheduler
 
     class Pretraining(ElectraForPretraining):  # the parameters' names stay ElectraForPretraining's
         def forward(self, ids):
@@ -126,9 +126,9 @@ def split_rank(args) -> int:
     """One rank of the split conversion, as ``prepare_universal`` runs it in a resume."""
     import deepspeed.checkpoint.ds_to_universal  # noqa: F401  (imported before the clock)
 
-    from electra import distributed as D
-    from electra import universal_checkpoint as uc
-    from electra.universal_conversion import convert_across_ranks
+    from electra.distributed import deepspeed_glue as D
+    from electra.checkpoint import universal as uc
+    from electra.checkpoint.universal_conversion import convert_across_ranks
 
     info = D.init_distributed()
     step_dir = Path(args.step_dir)
@@ -155,7 +155,7 @@ def baseline(args) -> int:
     """DeepSpeed's converter in one process (``convert``), its steps timed by wrapping its helpers."""
     from deepspeed.checkpoint import ds_to_universal as dtu
 
-    from electra import universal_checkpoint as uc
+    from electra.checkpoint import universal as uc
 
     marks: dict[str, float] = {}
 
@@ -187,7 +187,7 @@ def baseline(args) -> int:
 def launch(role: str, world: int, results: Path, extra: list[str]) -> list[dict]:
     """``world`` processes of ``role`` (a process group on a free local port, as a launcher sets
     it up); their result files."""
-    from electra.distributed import free_port
+    from electra.distributed.deepspeed_glue import free_port
 
     shutil.rmtree(results, ignore_errors=True)
     results.mkdir(parents=True)
@@ -221,7 +221,7 @@ def same_files(ours: Path, ref: Path) -> tuple[bool, str]:
     """``ours`` holds the files of ``ref``, each loading to equal values (the tests' comparison)."""
     import torch
 
-    from tests.electra.test_universal_checkpoint import assert_equal
+    from tests.electra.checkpoint.test_universal import assert_equal
 
     files = sorted(p.relative_to(ours) for p in ours.rglob("*") if p.is_file())
     if files != sorted(p.relative_to(ref) for p in ref.rglob("*") if p.is_file()):
@@ -266,8 +266,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.role:
         return {"save": save_rank, "split": split_rank, "baseline": baseline}[args.role](args)
 
-    from electra import run_layout as layout
-    from electra import universal_checkpoint as uc
+    from electra.checkpoint import run_layout as layout
+    from electra.checkpoint import universal as uc
 
     began = time.perf_counter()
     cpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout

@@ -50,7 +50,7 @@ some length, whatever the latency of each request. Retrying a write re-sends it 
 is safe because every write here is one idempotent PUT of a complete object.
 
 Counts above this layer. What retries a whole operation (a stage attempt:
-``pipelines.orchestration.runner``; a shard read from its start: ``electra.corpus.read_shard``; a
+``pipelines.orchestration.runner``; a shard read from its start: ``electra.data.corpus.read_shard``; a
 Ray task: the shuffle's map files, the tokenizer's training; a Prefect task: the publish, an
 evaluation unit) sees the store fail only as ``StoreUnavailableError``, after a whole budget
 without progress: a store that fails a share of all requests but answers the rest is ridden out

@@ -25,9 +25,9 @@ the file's share of warm-up (``load_run_config``). A config file may be any stor
 
 The dataclasses are frozen: a loaded config is a value. What a run changes after loading (the
 vocabulary size taken from the corpus, the precision this machine can train in) is applied once,
-with ``dataclasses.replace``, in ``electra.pretrain_plan.resolve_run_config``, and that object is what
+with ``dataclasses.replace``, in ``electra.run.plan.resolve_run_config``, and that object is what
 the run writes to ``RUN/config.json`` and trains with. (The untyped ``deepspeed`` dict is not
-frozen by this; ``electra.distributed.deepspeed_config`` copies it before filling it in.)
+frozen by this; ``electra.distributed.deepspeed_glue.deepspeed_config`` copies it before filling it in.)
 """
 from __future__ import annotations
 
@@ -121,7 +121,7 @@ class ObjectiveConfig:
     disallow_correct: bool = False
     # How the discriminator head's output bias starts: "zero" (the paper, with every other bias) or
     # "prior" (the log-odds of mask_prob, the share of tokens replaced at the start). With a short
-    # warm-up a zero bias lets the discriminator collapse (electra/objective.py explains).
+    # warm-up a zero bias lets the discriminator collapse (electra/model/objective.py explains).
     discriminator_bias_init: Literal["zero", "prior"] = "zero"
 
     def max_predictions_for(self, seq_len: int) -> int:
@@ -148,7 +148,7 @@ class OptimizerConfig:
     total_steps: int = 1000000  # horizon of the linear decay to 0
     grad_clip: float = 1.0
     # The update kernel: "auto" = DeepSpeed's FusedAdam (adam_w_mode, same bias_correction: the
-    # same update as AdamWeightDecay, one multi-tensor CUDA kernel) on CUDA, electra.optim's
+    # same update as AdamWeightDecay, one multi-tensor CUDA kernel) on CUDA, electra.run.optim's
     # AdamWeightDecay elsewhere; "on" = FusedAdam or an error; "off" = always AdamWeightDecay.
     fused: Literal["auto", "on", "off"] = "auto"
 
@@ -166,10 +166,10 @@ class DataConfig:
     # the corpus was packed at that length.
     seq_len: int | None = None
     # DataLoader worker processes per rank. "auto": 2 on CUDA, 0 on a CPU, where the step's threads
-    # use every core and worker processes only take cycles from it (electra.data.loader_workers).
+    # use every core and worker processes only take cycles from it (electra.data.stream.loader_workers).
     num_workers: int | Literal["auto"] = "auto"
     shuffle_buffer: int = 2000
-    # Canonical streams of the elastic sample order (electra/sample_order.py): each global batch
+    # Canonical streams of the elastic sample order (electra/data/sample_order.py): each global batch
     # draws from gcd(global_batch_size, streams) regions of the shuffled corpus, and a rank reads
     # about 1/ranks of the shards when its rank count divides that number. Part of the order.
     streams: int = 64
@@ -179,7 +179,7 @@ class DataConfig:
     # Shards each loader worker reads ahead (in the epoch's order) while the current block is
     # consumed, hiding an object store's latency; each costs one decoded shard of memory. 0: off.
     prefetch_shards: int = 2
-    # Node-local shard cache (electra/node_cache.py): the node's loader processes share one store
+    # Node-local shard cache (electra/data/node_cache.py): the node's loader processes share one store
     # read of each shard through copies in a local folder. "auto": /dev/shm/electra-shards-<uid>
     # (else the temp folder), used where two of the node's loaders read the same shards (several
     # ranks on the node, or workers sharing a rank's piece of one stream); an absolute path (local
@@ -193,10 +193,10 @@ class DataConfig:
     log_samples: bool = False
     # With several --data corpora: one weight each, in the --data order; each corpus gives an epoch
     # its weight's share of all their examples (above its own size: repeated; below: a part, another
-    # each epoch; electra/mixture.py). None: each corpus's own share (concatenation). Part of the order.
+    # each epoch; electra/data/mixture.py). None: each corpus's own share (concatenation). Part of the order.
     weights: list[float] | None = None
     # A corpus that grows (build-corpus --append) joins the run at the next epoch start: each epoch
-    # reads the manifest again and trains on every generation it lists (electra/corpus_growth.py;
+    # reads the manifest again and trains on every generation it lists (electra/data/corpus_growth.py;
     # checkpoints record each epoch's generations, so a resume replays them). False: the run keeps
     # the generations it started with.
     follow_appends: bool = True
@@ -226,7 +226,7 @@ class TrainConfig:
     max_steps: int | None = field(default=None, metadata={"default": "optimizer.total_steps"})  # steps to train
     save_every: int = 1000
     keep_last: int = 3  # newest checkpoints kept; pinned ones (below) are kept on top of these
-    # The checkpoint hand-off to the evaluation (electra/eval_handoff.py). True: every committed
+    # The checkpoint hand-off to the evaluation (electra/checkpoint/eval_handoff.py). True: every committed
     # checkpoint is pinned (RUN/checkpoints/step_N/eval_pending.json) and survives pruning until
     # its evaluation releases it or the policy below skips it (RUN/eval/skipped.jsonl). None
     # ("auto"): True when a Prefect API is configured (common.events.prefect_api_url), i.e. when
@@ -246,8 +246,8 @@ class TrainConfig:
     precision: Literal["fp32", "bf16", "fp16"] = "bf16"
     export_every_checkpoint: bool = False
     peak_flops: float | None = field(default=None, metadata={  # peak FLOP/s of one device, for MFU
-        "default": "a table by device (electra/metrics_log.py)"})
-    # GPU fast path (electra/distributed.py ``configure_fast_path``), each flag's help its own line.
+        "default": "a table by device (electra/run/metrics_log.py)"})
+    # GPU fast path (electra/distributed/deepspeed_glue.py ``configure_fast_path``), each flag's help its own line.
     # TF32: 10-bit mantissa products, fp32 accumulation; the MFU peak of fp32 runs is the TF32
     # figure. Compile: kernel fusion; costs compile time at start, pays on long runs. Activation
     # checkpointing: about a third more compute, frees the activations, for a larger micro batch on
@@ -256,7 +256,7 @@ class TrainConfig:
     compile: bool = False  # torch.compile of the two encoders (CUDA only)
     activation_checkpointing: bool = False  # recompute each encoder layer in the backward instead of keeping it
     # Run a GPU-sized config on a machine without a GPU anyway. Without it such a run (more than
-    # electra.pretrain_plan.CPU_STEP_FLOPS per optimizer step: base, large) is refused at start
+    # electra.run.plan.CPU_STEP_FLOPS per optimizer step: base, large) is refused at start
     # with the estimated time per step and the presets that fit a CPU (tiny, mini).
     allow_cpu: bool = False
 
@@ -270,7 +270,7 @@ class TrainConfig:
 
 
 # DeepSpeed's section for the paper's presets: ZeRO stage 1 (on one rank it costs nothing, and bf16
-# needs it for fp32 gradient accumulation: electra.distributed.deepspeed_config, which also sets
+# needs it for fp32 gradient accumulation: electra.distributed.deepspeed_glue.deepspeed_config, which also sets
 # bf16/fp16 from train.precision and gradient_clipping from optimizer.grad_clip).
 DEFAULT_DEEPSPEED: dict[str, Any] = {
     "zero_optimization": {"stage": 1},
@@ -304,7 +304,7 @@ class ElectraConfig:
 
     @property
     def seq_len(self) -> int:
-        """The run's sequence length; set once the corpus is known (``electra.pretrain_plan``)."""
+        """The run's sequence length; set once the corpus is known (``electra.run.plan``)."""
         if self.data.seq_len is None:
             raise ValueError("data.seq_len is not resolved yet (it is the corpus's manifest.seq_len)")
         return self.data.seq_len

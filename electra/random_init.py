@@ -10,7 +10,7 @@ difference between the two rows, with nothing else changed.
 
 The weights are the trainer's own initialisation: its resolve phase (preset, ``--set``, the
 sequence length and vocabulary size taken from the corpus) and its build of the model and
-objective (``electra.pretrain_runner.build_objective``: the same seeding, ``train.seed`` unless
+objective (``electra.run.runner.build_objective``: the same seeding, ``train.seed`` unless
 ``--seed`` is given; the objective sets the discriminator bias when the config asks for the
 prior). With the default seed the export therefore
 equals step 0 of a pre-training run of that config on that corpus, the exact starting point the
@@ -24,8 +24,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from electra.pretrain_job import PretrainJob
-from electra.pretrain_plan import RunPlan, resolve
+from electra.run.job import PretrainJob
+from electra.run.plan import RunPlan, resolve
 
 log = logging.getLogger(__name__)
 
@@ -33,15 +33,15 @@ log = logging.getLogger(__name__)
 def random_init_plan(config: str | Path, corpus: str, out_dir: str | Path,
                      overrides: list[str] | tuple[str, ...] = ()) -> RunPlan:
     """The run plan exactly as the trainer resolves it on ``corpus`` for one rank
-    (``electra.pretrain_plan.resolve``: sequence length and vocabulary size from the corpus)."""
+    (``electra.run.plan.resolve``: sequence length and vocabulary size from the corpus)."""
     return resolve(PretrainJob(str(config), str(corpus), str(out_dir), list(overrides)), world_size=1)
 
 
 def export_random_init(config: str | Path, corpus: str, out_dir: str | Path, *, seed: int | None = None,
                        overrides: list[str] | tuple[str, ...] = ()) -> Path:
     """Build the model from ``seed`` (default ``train.seed``) and export it with the corpus tokenizer."""
-    from electra.hf_export import export_hf
-    from electra.pretrain_runner import build_objective
+    from electra.checkpoint.hf_export import export_hf
+    from electra.run.runner import build_objective
 
     extra = [f"train.seed={seed}"] if seed is not None else []
     plan = random_init_plan(config, corpus, out_dir, [*overrides, *extra])

@@ -8,14 +8,14 @@
 
 ``--config`` is a preset by name (``tiny``, ``mini``, ``small``, ``base``, ``large``; ``.json``
 optional) or a config file. This file is only the command line: the job it builds
-(``electra.pretrain_job``) goes through the runner's phases (``electra.pretrain_runner``).
+(``electra.run.job``) goes through the runner's phases (``electra.run.runner``).
 User errors (a bad key, a missing corpus, an impossible batch split, a corpus smaller than one
 batch, a refused resume, a checkpoint damaged after its save) are printed as one line on stderr,
 by rank 0 only, with exit status 2; ``--debug`` shows the traceback instead. They are found
 before any distributed start-up, except, with several ranks, those of the corpus (only rank 0
 reads it, and its error reaches the other ranks once the process group exists,
-``electra.shared_plan``) and a damaged checkpoint (found in the resume's load, where the ranks
-agree on it: ``electra.checkpoint_sums``).
+``electra.run.shared_plan``) and a damaged checkpoint (found in the resume's load, where the ranks
+agree on it: ``electra.checkpoint.sums``).
 
 Run as a file, Python puts this file's folder (``electra/``) first on ``sys.path``, where the
 package's module names (``config``, ``data``, ``model``, ...) would shadow top-level modules of
@@ -34,14 +34,14 @@ import argparse  # noqa: E402
 import logging  # noqa: E402
 import os  # noqa: E402
 
-from electra.pretrain_job import add_flags, job_from_args  # noqa: E402
+from electra.run.job import add_flags, job_from_args  # noqa: E402
 
 log = logging.getLogger("electra.train")
 PROG = "electra-train"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The job's flags (``electra.pretrain_job.add_flags``, generated from its dataclasses) and
+    """The job's flags (``electra.run.job.add_flags``, generated from its dataclasses) and
     the process's own: ``--debug`` and the launcher's ``--local_rank``."""
     p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n")[0])
     add_flags(p)
@@ -57,7 +57,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def user_errors() -> tuple[type[BaseException], ...]:
     """What the resolve phase raises for a user's mistake (a key, a path, a corpus, a resume)."""
     from common import storage
-    from electra.corpus import CorruptShardError
+    from electra.data.corpus import CorruptShardError
 
     return (ValueError, FileNotFoundError, PermissionError, CorruptShardError, storage.StorageError)
 
@@ -65,9 +65,9 @@ def user_errors() -> tuple[type[BaseException], ...]:
 def main(argv: list[str] | None = None, *, hooks=None) -> int:
     args = parse_args(argv)  # --help and usage errors before the heavy imports
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from electra import distributed as D
-    from electra.pretrain_runner import PHASES, PretrainRunner
-    from electra.trainer import TrainHooks
+    from electra.distributed import deepspeed_glue as D
+    from electra.run.runner import PHASES, PretrainRunner
+    from electra.run.trainer import TrainHooks
 
     D.quiet_deepspeed()  # before anything imports DeepSpeed
 
@@ -83,9 +83,9 @@ def main(argv: list[str] | None = None, *, hooks=None) -> int:
         if os.environ.get("RANK", "0") == "0":  # every rank finds the same error: say it once
             print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
-    from electra.checkpoint_sums import DamagedCheckpoint
-    from electra.corpus import CorruptShardError, ShardReadError
-    from electra.corpus_growth import CorpusGrowthError
+    from electra.checkpoint.sums import DamagedCheckpoint
+    from electra.data.corpus import CorruptShardError, ShardReadError
+    from electra.data.corpus_growth import CorpusGrowthError
 
     try:
         for phase in PHASES[PHASES.index("prepare") + 1:]:

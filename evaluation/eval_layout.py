@@ -12,9 +12,9 @@ prediction files, the GLUE submission, the scan) takes its names from here::
         report.html, *.png        what a person reads
         results.json              written LAST: its presence marks a finished evaluation
 
-A run's evaluations live beside its checkpoints (``RUN/eval/``, ``electra.run_layout.EVAL``),
+A run's evaluations live beside its checkpoints (``RUN/eval/``, ``electra.checkpoint.run_layout.EVAL``),
 with ``RUN/eval/skipped.jsonl`` listing the checkpoints that will never be evaluated and why
-(``electra.eval_handoff``).
+(``electra.checkpoint.eval_handoff``).
 
 ``default_out``: a step dir → ``RUN/eval/step_N``; a run dir → the eval folder of the checkpoint
 it stands for (``resolve_target`` also turns the run dir into that step dir, so the
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from electra import run_layout as layout
+from electra.checkpoint import run_layout as layout
 
 RESULTS = "results.json"
 REPORT = "report.html"

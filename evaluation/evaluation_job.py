@@ -34,7 +34,7 @@ from common import cli
 from common import config as strict
 from common.config import ConfigError, check
 
-from electra import run_layout as layout
+from electra.checkpoint import run_layout as layout
 
 from . import eval_layout
 from .glue_tasks import TaskSpec, get_task

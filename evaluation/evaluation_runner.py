@@ -10,7 +10,7 @@
   difference) instead of being overwritten. A checkpoint step dir that is gone is not a crash:
   the skip the trainer's policy recorded is returned (``status: skipped``), or — pruned without
   a pin — a line ``{"step", "reason"}`` is added to ``RUN/eval/skipped.jsonl`` first
-  (``electra.eval_handoff``).
+  (``electra.checkpoint.eval_handoff``).
 * **lease** (``common.lease``): ``out/lease.json``, so the event-triggered run, the scan and a
   person at the CLI never evaluate one checkpoint twice at the same time; ``check`` is repeated
   under it.
@@ -42,8 +42,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from common.lease import Lease, LeaseHeld, LeaseInfo
-from electra import eval_handoff as handoff
-from electra import run_layout as layout
+from electra.checkpoint import eval_handoff as handoff
+from electra.checkpoint import run_layout as layout
 
 from . import eta, eval_layout, glue_submission, report
 from .evaluation_job import EvaluationJob

@@ -65,7 +65,7 @@ def task_data_files(task: TaskSpec, glue_dir: str | Path) -> list[Path]:
 
 
 def load_model(model_dir: str | Path, head_fn, device: torch.device) -> FinetuneModel:
-    from electra.hf_export import load_discriminator_encoder
+    from electra.checkpoint.hf_export import load_discriminator_encoder
 
     encoder, cfg = load_discriminator_encoder(model_dir)
     return FinetuneModel(encoder, head_fn(cfg.hidden_size)).to(device)

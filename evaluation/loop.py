@@ -4,7 +4,7 @@ One code path for the CPU and the GPU: the device is picked once (``recipe.devic
 move to it per batch, bf16 autocast is optional on both. ``recipe.precision = "auto"``
 (``resolve_precision``) picks bf16 only where the hardware has native bf16 matrix units: a CUDA
 GPU with ``torch.cuda.is_bf16_supported()``, or a CPU with AMX or AVX512-BF16
-(``electra.hardware``, the same answer pre-training gets); anywhere else
+(``electra.distributed.hardware``, the same answer pre-training gets); anywhere else
 bf16 matmuls run through slow emulation, so it stays fp32. An explicit "fp32"/"bf16" is kept.
 The resolved precision is returned in ``TrainStats.precision``. With ``recipe.deepspeed`` the same model,
 optimiser and schedule are handed to a single-process DeepSpeed engine (``engine.backward`` /
@@ -13,7 +13,7 @@ optimiser and schedule are handed to a single-process DeepSpeed engine (``engine
 Optimiser (``make_optimizer``, ``recipe.optimizer``) over the parameter groups of
 ``recipe.param_groups`` (an LLRD rate per depth; biases and LayerNorm in no-decay groups; weight
 decay 0 per the paper): "original" (default) is the original's Adam without bias correction,
-``electra.optim.AdamWeightDecay`` (a few multi-tensor ``_foreach`` ops per group); "adamw" is
+``electra.run.optim.AdamWeightDecay`` (a few multi-tensor ``_foreach`` ops per group); "adamw" is
 ``torch.optim.AdamW``, fused on CPU and CUDA. The recipe's docstring compares the two. With
 DeepSpeed either is handed over as a client optimiser, unfused. Schedule:
 ``min(1, step / warmup) × max(0, 1 - step / total)`` with warm-up = 10% of the steps, the
@@ -59,10 +59,10 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from electra.seeding import seed_everything  # noqa: F401  (re-exported for the fine-tuning modules)
+from electra.run.seeding import seed_everything  # noqa: F401  (re-exported for the fine-tuning modules)
 
-from electra.hardware import cpu_features, native_bf16
-from electra.optim import AdamWeightDecay
+from electra.distributed.hardware import cpu_features, native_bf16
+from electra.run.optim import AdamWeightDecay
 from pipelines import schema
 from . import eta
 from .heads import FinetuneModel

@@ -1,7 +1,7 @@
 """Which checkpoints still wait for their evaluation: what the hourly scan evaluates.
 
 Every complete checkpoint under ``RUNS/*/checkpoints/`` with no ``RUN/eval/step_N/results.json``
-and no recorded skip (``RUN/eval/skipped.jsonl``, ``electra.eval_handoff``) is pending. NEWEST
+and no recorded skip (``RUN/eval/skipped.jsonl``, ``electra.checkpoint.eval_handoff``) is pending. NEWEST
 FIRST in each run: when evaluation is slower than checkpointing, the freshest model is scored
 first, and the trainer's pins keep the older pending ones on disk until they are evaluated or
 the trainer's policy skips them with a reason. The listing reads only folder names and the
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from electra import eval_handoff as handoff
-from electra import run_layout as layout
+from electra.checkpoint import eval_handoff as handoff
+from electra.checkpoint import run_layout as layout
 
 from . import eval_layout
 

@@ -14,7 +14,7 @@ dropout 0.1, gradient clipping 1.0 as in the original's optimiser.
 Optimiser (``optimizer``):
 
 * ``"original"`` (default): the original's ``AdamWeightDecayOptimizer``
-  (google-research/electra model/optimization.py), here ``electra.optim.AdamWeightDecay`` with
+  (google-research/electra model/optimization.py), here ``electra.run.optim.AdamWeightDecay`` with
   ``bias_correction=False``: the moments are used without Adam's ``1 / (1 - beta^t)`` correction.
   For a steady gradient the uncorrected ``m / sqrt(v)`` is the corrected one times
   ``(1 - b1^t) / sqrt(1 - b2^t)``: about 3 at step 1, 6.5 at step 10, 3 at step 100, 1.3 at
@@ -28,7 +28,7 @@ Weight decay: 0 by default, the value of the paper's fine-tuning hyper-parameter
 the released code's ``configure_finetuning.py`` sets ``weight_decay_rate = 0.01``. The published
 scores are what this project reproduces, so the paper's value is the default and 0.01 is one
 knob away. Either way decay applies only to >= 2-D weights: biases and LayerNorm scales/shifts
-(the 1-D tensors, ``electra.optim.uses_weight_decay``, the pre-training rule) are never decayed,
+(the 1-D tensors, ``electra.run.optim.uses_weight_decay``, the pre-training rule) are never decayed,
 as the original's ``exclude_from_weight_decay=["LayerNorm", "layer_norm", "bias"]``; each LLRD
 depth is therefore split into a decay group (``"layer_3"``) and a no-decay group
 (``"layer_3.no_decay"``) with the same learning rate, for both optimisers.
@@ -64,7 +64,7 @@ from torch import nn
 
 from common import config as strict
 from common.config import check
-from electra.optim import uses_weight_decay
+from electra.run.optim import uses_weight_decay
 
 from .squad_metrics import NA_THRESHOLD
 

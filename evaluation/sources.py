@@ -6,12 +6,12 @@ Accepted inputs (checked in this order):
 2. an HF export folder (``discriminator/`` inside, as ``export_hf`` writes it);
 3. a checkpoint step dir ``RUN/checkpoints/step_NNNNNNNN`` (has ``meta.json``): its own
    ``hf/discriminator`` if the trainer exported it, else an export made now with
-   ``electra.hf_export.export_checkpoint(step_dir, out_dir)`` when the trainer package has it,
+   ``electra.checkpoint.hf_export.export_checkpoint(step_dir, out_dir)`` when the trainer package has it,
    else — for the checkpoint the run stands for only — the run's final export ``RUN/hf``;
 4. a run dir: the checkpoint it stands for, as in 3; a run with no complete checkpoint but an
    ``hf/`` export uses that.
 
-Which checkpoint a step dir or run dir names is ``electra.run_layout.resolve_checkpoint``'s rule
+Which checkpoint a step dir or run dir names is ``electra.checkpoint.run_layout.resolve_checkpoint``'s rule
 (the one the trainer resumes from and ``electra-export`` exports); this module only turns that
 checkpoint into a model folder. A step that cannot be turned into a model raises
 ``CheckpointError`` naming what was looked for; never does an older checkpoint's score get
@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from electra import run_layout as layout
-from electra.run_layout import HF
+from electra.checkpoint import run_layout as layout
+from electra.checkpoint.run_layout import HF
 
 __all__ = ["CheckpointError", "CheckpointPeek", "ModelShape", "ResolvedCheckpoint", "peek_checkpoint",
            "resolve_checkpoint"]
@@ -182,7 +182,7 @@ def _numel(shape: list[int]) -> int:
 def _run_shape(config: Path) -> ModelShape:
     """From the trainer's ``RUN/config.json`` (what the export rebuilds the model from)."""
     from electra.config import ElectraConfig
-    from electra.run_summary import parameter_counts
+    from electra.run.summary import parameter_counts
 
     try:
         model = ElectraConfig.from_dict(_read_json(config), source=str(config)).model
@@ -210,13 +210,13 @@ def _resolve_step(step_dir: Path, export_dir: Path) -> ResolvedCheckpoint:
         return ResolvedCheckpoint(model_dir=run_dir / HF / DISC, source="run-hf", **common)
     raise CheckpointError(
         f"{step_dir}: no HF export ({step_dir / HF / DISC} missing), "
-        f"electra.hf_export.export_checkpoint unavailable, and it is not the run's newest "
+        f"electra.checkpoint.hf_export.export_checkpoint unavailable, and it is not the run's newest "
         f"checkpoint (whose export RUN/hf/ could stand in)")
 
 
 def _exporter():
     try:
-        from electra import hf_export
+        from electra.checkpoint import hf_export
     except ImportError:
         return None
     return getattr(hf_export, "export_checkpoint", None)

@@ -1,7 +1,7 @@
 """Prefect flow ``pretrain``: resolve the job, launch the DeepSpeed trainer on a corpus, then
 (optionally) queue evaluation of the checkpoints it wrote.
 
-The flow only orders the pre-training runner's phases (``electra.pretrain_runner``): ``resolve``
+The flow only orders the pre-training runner's phases (``electra.run.runner``): ``resolve``
 runs here, in the flow's process, so a bad key, a missing corpus or an impossible batch split
 fails the flow run in seconds with the runner's one-line message; the other phases run in the
 trainer command ``deepspeed --module electra.train`` (or plain ``python -m electra.train`` for
@@ -54,13 +54,13 @@ def pretrain(config: str, data: str | list[str], out: str, num_gpus: int | None 
              evaluate_glue_dir: str | None = None, evaluate_tasks: str | None = None,
              init_from: str | None = None, resume_schedule: bool = False) -> str:
     """Train (or resume) a run; returns the run directory. ``data``: one corpus or several (mixed by
-    ``data.weights`` in ``overrides``); ``init_from``: a checkpoint to start from (electra.init_from)."""
+    ``data.weights`` in ``overrides``); ``init_from``: a checkpoint to start from (electra.checkpoint.init_from)."""
     logger = get_run_logger()
     if hostfile is None:  # the world size is known here; with a hostfile the trainer resolves it
-        from electra.pretrain_job import PretrainJob
+        from electra.run.job import PretrainJob
         import torch
 
-        from electra.pretrain_plan import check_fits_machine, resolve
+        from electra.run.plan import check_fits_machine, resolve
 
         plan = resolve(PretrainJob(config, data, out, list(overrides or []), init_from, resume_schedule),
                        world_size=num_gpus or 1)

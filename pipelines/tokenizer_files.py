@@ -5,7 +5,7 @@ A corpus's ``tokenizer/`` folder and every Hugging Face export carry the same th
 naming the transformers class that rebuilds it correctly, and ``vocab.txt`` only where that class is
 BERT's. Both sides derive the two extra files from ``tokenizer.json`` with the functions here, so an
 older or hand-made folder cannot leave a misleading ``vocab.txt`` or config behind. Like the shard
-schema, this is part of the corpus contract that the trainer reads (``electra.hf_export``); it
+schema, this is part of the corpus contract that the trainer reads (``electra.checkpoint.hf_export``); it
 depends on nothing else in ``pipelines``.
 """
 from __future__ import annotations

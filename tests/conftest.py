@@ -23,7 +23,7 @@ from prefect import flow  # noqa: E402,F401
 
 def pytest_sessionstart(session):
     """Free the DeepSpeed all-reduce segments that runs before the fix in
-    ``electra.distributed.unlink_shm_segment`` left in /dev/shm (69 MB of RAM each; a machine
+    ``electra.distributed.deepspeed_glue.unlink_shm_segment`` left in /dev/shm (69 MB of RAM each; a machine
     that ran the suite all day had 17 GB of them, and Ray's memory monitor then killed its workers
     in a loop until CI timed out). Only segments no live process maps are removed: those are
     garbage, since every rank maps its own for as long as it lives."""
@@ -207,7 +207,7 @@ def s3_server(tmp_path_factory):
     for the whole session (so subprocesses and Ray workers started later inherit them)."""
     import moto  # noqa: F401  (a test dependency: without it the storage tests must fail, not skip)
 
-    from electra.distributed import free_port
+    from electra.distributed.deepspeed_glue import free_port
     server = S3Server(free_port(), tmp_path_factory.mktemp("moto") / "moto.log")
     env = {"AWS_ENDPOINT_URL": server.endpoint, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
            "AWS_DEFAULT_REGION": "us-east-1"}

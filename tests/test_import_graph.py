@@ -7,6 +7,11 @@ the shard schema and the tokenizer folder's files (``pipelines.tokenizer_files``
 ``synthetic`` serves demo, tests and benchmarks and uses only ``common``), and no two files import
 each other, directly or through others (a cycle hidden in a function-level import still ties the
 two files together: neither can be understood, moved or tested without the other).
+
+Inside ``electra`` the rooms import one way too: the run (``electra.run``) uses everything below
+it; checkpoints use the model, the data stream and the distributed plumbing; the data stream uses
+the distributed plumbing; the model and the plumbing use only the config. The entry points
+(``electra.train``, ``electra.random_init``) sit above the run.
 """
 from __future__ import annotations
 
@@ -26,6 +31,16 @@ ALLOWED = {
     "cli": PACKAGES,
     "synthetic": ("common", "synthetic"),
 }
+# The rooms of ``electra`` and what each may import from the others (besides itself and
+# ``electra.config``); a module directly in ``electra/`` must be one of ELECTRA_TOP.
+ELECTRA_ROOMS = {
+    "model": (),
+    "distributed": (),
+    "data": ("distributed",),
+    "checkpoint": ("model", "data", "distributed"),
+    "run": ("model", "data", "distributed", "checkpoint"),
+}
+ELECTRA_TOP = {"electra", "electra.config", "electra.train", "electra.random_init"}
 
 
 def _module_name(path: Path) -> str:
@@ -115,6 +130,40 @@ def test_imports_go_one_way():
     assert not wrong, "imports against the layering:\n" + "\n".join(wrong)
 
 
+def electra_room(module: str) -> str | None:
+    """``electra.data.corpus`` (and the package ``electra.data``) -> ``data``; None for a module
+    directly in ``electra/``."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 2 or (len(parts) == 2 and parts[1] in ELECTRA_ROOMS) else None
+
+
+def room_violations(edges: dict[str, set[str]]) -> list[str]:
+    wrong = []
+    for source, targets in edges.items():
+        if not source.startswith("electra"):
+            continue
+        room = electra_room(source)
+        if room is None:
+            if source not in ELECTRA_TOP:
+                wrong.append(f"{source} is in no room of electra/ ({', '.join(ELECTRA_ROOMS)})")
+            continue
+        if room not in ELECTRA_ROOMS:
+            wrong.append(f"{source} is in an unknown room {room!r}")
+            continue
+        for target in targets:
+            if not target.startswith("electra.") or target == "electra.config":
+                continue
+            other = electra_room(target)
+            if other != room and other not in ELECTRA_ROOMS[room]:
+                wrong.append(f"{source} imports {target} (electra.{room} may use {ELECTRA_ROOMS[room] or 'only the config'})")
+    return sorted(wrong)
+
+
+def test_electra_rooms_import_one_way():
+    wrong = room_violations(import_edges(project_modules()))
+    assert not wrong, "imports against electra's rooms:\n" + "\n".join(wrong)
+
+
 def test_no_import_cycles_between_files():
     cycles = strongly_connected(import_edges(project_modules()))
     assert not cycles, "files that import each other:\n" + "\n".join(" <-> ".join(c) for c in cycles)
@@ -126,4 +175,4 @@ def test_the_checks_see_a_violation_and_a_cycle():
     assert strongly_connected(edges) == [["a", "b", "c"]]
     edges = import_edges(project_modules())
     assert "common.storage" in edges["pipelines.engine.shuffle"]
-    assert "pipelines.schema" in edges["electra.corpus"]
+    assert "pipelines.schema" in edges["electra.data.corpus"]

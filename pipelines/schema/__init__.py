@@ -1,6 +1,6 @@
 """The corpus contract: the corpus layout, the compact shard format and ``manifest.json``.
 
-This is the package the trainer (``electra/data.py``) imports from ``pipelines`` (with the
+This is the package the trainer (``electra/data/stream.py``) imports from ``pipelines`` (with the
 tokenizer folder's ``pipelines.tokenizer_files``); everything another tool reads from a corpus is
 defined here once: the names in ``layout``, the shard format in ``shards``, the manifest in
 ``manifest``, all importable as ``pipelines.schema.X``. A corpus is a location (local path or

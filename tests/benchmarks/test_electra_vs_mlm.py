@@ -4,7 +4,7 @@ The smoke run is the real script end to end on a tiny corpus (tiny preset, one c
 objective, since each fine-tuned row costs a cli.evaluate start; one task of a small generated
 SST-2-format folder, one seed), then run again to check it resumes with nothing left to do. The
 budgets are recomputed from what the runs wrote (RUN/config.json and the final checkpoint's
-tokens_seen) with this file's own FLOPs arithmetic, the formula of electra/flops.py's docstring
+tokens_seen) with this file's own FLOPs arithmetic, the formula of electra/model/flops.py's docstring
 written out again, not the project's function. The same stream is checked on the sample keys
 each run's sample log (data.log_samples): MLM's first steps are exactly ELECTRA's steps.
 """
@@ -21,7 +21,7 @@ import pytest
 
 from benchmarks.electra_vs_mlm import checkpoint_steps, eval_order
 from benchmarks.electra_vs_mlm_report import collect_row, write_report
-from electra.sample_log import read_sample_log
+from electra.data.sample_log import read_sample_log
 from tests._procs import run_in_group
 from tests.electra._corpus import write_tiny_corpus
 

@@ -14,7 +14,7 @@ import torch
 
 from benchmarks import gpu
 from electra.config import load_config
-from electra.flops import training_flops_per_token
+from electra.model.flops import training_flops_per_token
 
 REPO = Path(__file__).resolve().parents[2]
 SIDE_FIELDS = {"status", "sec_per_step", "sequences_per_s", "tokens_per_s", "model_tflops", "mfu_measured_peak",

@@ -31,7 +31,7 @@ PACKAGES = ("common", "pipelines", "electra", "evaluation", "flows", "cli", "syn
 IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
 CHAIN = re.compile(rf"^{IDENT}(?:\.{IDENT})*$")
 SPAN = re.compile(r"`([^`]+)`")
-# file names (`meta.json`, `electra/corpus.py`) look like dotted names but are not
+# file names (`meta.json`, `electra/data/corpus.py`) look like dotted names but are not
 FILE_SUFFIXES = ("json", "jsonl", "py", "md", "txt", "tar", "zst", "npy", "html", "png", "gz", "bz2",
                  "yaml", "toml", "tsv", "xml", "safetensors", "bin")
 
@@ -83,7 +83,7 @@ def resolve(name: str, base: str | None = None):
 
 def module_of(name: str, obj) -> str:
     """The module a resolved absolute name lives in: itself for a module, else its longest prefix
-    that is a module (``electra.pretrain_runner.PretrainRunner`` -> ``electra.pretrain_runner``)."""
+    that is a module (``electra.run.runner.PretrainRunner`` -> ``electra.run.runner``)."""
     parts = name.split(".")
     for end in range(len(parts), 0, -1):
         candidate = ".".join(parts[:end])

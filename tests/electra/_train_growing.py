@@ -6,7 +6,7 @@ Right after step ``STEP`` (its checkpoint written, if it is a save step) install
 of the growing corpus ``CORPUS`` (``tests.electra._growing_corpus``) as its manifest (rank 0 of
 several: one committer, which alone reads the manifest at an epoch start): the corpus
 grew between that step and the next, as an append committing then would make it grow. The hook is
-the trainer's own parameter (``electra.trainer.TrainHooks``).
+the trainer's own parameter (``electra.run.trainer.TrainHooks``).
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import os
 import sys
 
 from electra.train import main
-from electra.trainer import TrainHooks
+from electra.run.trainer import TrainHooks
 from tests.electra._growing_corpus import install
 
 if __name__ == "__main__":

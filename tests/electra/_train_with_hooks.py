@@ -9,7 +9,7 @@ the save of step N (DeepSpeed's files written, the RNG file, sums and barrier no
 resume (DeepSpeed's load of the checkpoint done, no step run). ``--kill-group``: SIGKILL the
 whole process group instead (the deepspeed launcher and all its ranks, as a node failure would;
 start the command in its own session). The hooks are the trainer's own parameters
-(``electra.trainer.TrainHooks``); nothing is read from the environment inside the trainer.
+(``electra.run.trainer.TrainHooks``); nothing is read from the environment inside the trainer.
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import signal
 import sys
 
 from electra.train import main
-from electra.trainer import TrainHooks
+from electra.run.trainer import TrainHooks
 
 
 def _kill(group: bool) -> None:

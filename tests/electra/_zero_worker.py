@@ -1,10 +1,10 @@
-"""Helper of tests/electra/test_universal_checkpoint.py: a tiny model trained by real DeepSpeed
+"""Helper of tests/electra/checkpoint/test_universal.py: a tiny model trained by real DeepSpeed
 ranks on CPU with the project's optimiser, schedule and checkpoint code.
 
     deepspeed --num_gpus 2 tests/electra/_zero_worker.py train  --run RUN --out OUT --stage 1
     python tests/electra/_zero_worker.py              resume --run RUN --out OUT --stage 1
 
-``train``: ``--steps`` optimiser steps on fixed global batches, a checkpoint (electra.checkpoint)
+``train``: ``--steps`` optimiser steps on fixed global batches, a checkpoint (electra.checkpoint.save_load)
 at the last one, OUT/saved.pt = the full optimiser state then, one more step, OUT/next.pt = the
 full fp32 masters after it. ``resume``: plan_resume -> ds_config_for_resume -> prepare_universal
 -> engine -> load_checkpoint from RUN's latest checkpoint, OUT/loaded.pt = the full state after
@@ -59,7 +59,7 @@ def global_batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def ds_config(world: int, stage: int, precision: str) -> dict:
-    """As electra.distributed.deepspeed_config builds it."""
+    """As electra.distributed.deepspeed_glue.deepspeed_config builds it."""
     ds = {"train_batch_size": GLOBAL, "train_micro_batch_size_per_gpu": MICRO,
           "gradient_accumulation_steps": GLOBAL // (MICRO * world), "gradient_clipping": 1.0,
           "zero_optimization": {"stage": stage}, "bf16": {"enabled": precision == "bf16"},
@@ -71,9 +71,9 @@ def ds_config(world: int, stage: int, precision: str) -> dict:
 
 
 def build(seed: int, ds: dict, *, trained_extras: bool):
-    from electra import distributed as D
+    from electra.distributed import deepspeed_glue as D
     from electra.config import OptimizerConfig
-    from electra.optim import build_optimizer, build_scheduler
+    from electra.run.optim import build_optimizer, build_scheduler
 
     torch.manual_seed(seed)
     model = Toy()
@@ -154,11 +154,11 @@ def main(argv=None) -> int:
     parser.add_argument("--local_rank", type=int, default=0)  # the deepspeed launcher passes it
     args = parser.parse_args(argv)
 
-    from electra import checkpoint as ckpt
-    from electra import distributed as D
-    from electra import run_layout as layout
-    from electra import universal_checkpoint as uc
-    from electra.checkpoint_mirror import CheckpointMirror
+    from electra.checkpoint import save_load as ckpt
+    from electra.distributed import deepspeed_glue as D
+    from electra.checkpoint import run_layout as layout
+    from electra.checkpoint import universal as uc
+    from electra.checkpoint.mirror import CheckpointMirror
     from tests._opens import log_opens
 
     info = D.init_distributed()

@@ -162,7 +162,7 @@ def test_overrides_are_parsed_and_type_checked():
 ])
 def test_keep_until_evaluated_from_the_command_line(argv, want):
     """bool | None: JSON true/false/null through --set, a --[no-]keep-until-evaluated flag."""
-    from electra.pretrain_job import job_from_args
+    from electra.run.job import job_from_args
     from electra.train import parse_args
 
     job = job_from_args(parse_args(["--config", "tiny", "--data", "d", "--out", "o", "--eval-max-pending", "2",

@@ -1,4 +1,4 @@
-"""Training that follows its corpus, end to end (``electra.corpus_growth``): a corpus grows at
+"""Training that follows its corpus, end to end (``electra.data.corpus_growth``): a corpus grows at
 chosen steps (``tests/electra/_train_growing.py`` installs the next manifest after a step, as an
 append committing then would), and the sample log, whose records name each example's generation,
 shows what every epoch trained on.
@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from electra import run_layout as layout
-from electra.hf_export import export_checkpoint
-from electra.sample_log import sample_log_path
+from electra.checkpoint import run_layout as layout
+from electra.checkpoint.hf_export import export_checkpoint
+from electra.data.sample_log import sample_log_path
 from tests.electra._growing_corpus import install, stage_manifest, write_growing_corpus
 from tests.electra.test_train import COMMON, run, trajectory
 
@@ -146,7 +146,7 @@ def test_a_resume_on_a_corpus_whose_recorded_generation_changed_is_one_line(temp
 def test_two_ranks_follow_the_corpus_as_one(template, reference, tmp_path):
     """Rank 0 reads the manifest at each epoch start and the other rank takes its answer: the
     global batches (rank 0's examples, then rank 1's) are the one-rank reference's."""
-    from electra.distributed import free_port
+    from electra.distributed.deepspeed_glue import free_port
 
     corpus = fresh_corpus(template, tmp_path / "corpus")
     out = tmp_path / "run"

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from electra import run_layout as layout
-from electra.distributed import free_port
-from electra.sample_log import read_sample_log
+from electra.checkpoint import run_layout as layout
+from electra.distributed.deepspeed_glue import free_port
+from electra.data.sample_log import read_sample_log
 from tests.electra.test_train import records, run, train_cmd
 
 pytestmark = pytest.mark.slow  # seven trainer launches

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from electra import run_layout as layout
-from electra.deepspeed_states import checkpoint_state_dict
-from electra.distributed import free_port
-from electra.hf_export import export_checkpoint
-from electra.sample_log import read_sample_log
+from electra.checkpoint import run_layout as layout
+from electra.checkpoint.deepspeed_states import checkpoint_state_dict
+from electra.distributed.deepspeed_glue import free_port
+from electra.checkpoint.hf_export import export_checkpoint
+from electra.data.sample_log import read_sample_log
 from electra.train import parse_args
 from tests.electra._corpus import TOKENIZER_PATH, shard_path, upload_corpus, write_tiny_corpus
 
@@ -131,7 +131,7 @@ def test_export_loads_in_transformers_with_trainer_logits(corpus, baseline):
     from transformers import ElectraForPreTraining
 
     from electra.config import load_config
-    from electra.model import ElectraForPretraining
+    from electra.model.networks import ElectraForPretraining
 
     cfg = load_config(baseline / "config.json")  # the resolved config is a loadable config
     ours = ElectraForPretraining(cfg.model)
@@ -225,7 +225,7 @@ def test_run_config_is_resolved_once_into_a_new_frozen_config():
     import dataclasses
 
     from electra.config import load_config
-    from electra.pretrain_plan import resolve_run_config
+    from electra.run.plan import resolve_run_config
 
     requested = load_config(REPO / "electra/configs/small.json", ["train.precision=bf16"])
     resolved = resolve_run_config(requested, corpus_seq_len=64, corpus_vocab_size=200, precision="fp32")
@@ -247,8 +247,8 @@ def test_launch_as_a_module_under_the_deepspeed_launcher(corpus, tmp_path):
     """``deepspeed --module electra.train`` (one CPU rank): the run directory is complete and its
     config.json is exactly the resolved config."""
     from electra.config import load_config
-    from electra.pretrain_job import job_from_args
-    from electra.pretrain_plan import resolve
+    from electra.run.job import job_from_args
+    from electra.run.plan import resolve
 
     out = tmp_path / "run"
     flags = ["--max-steps", "2", "--save-every", "1", "--micro-batch", "4", "--set", "train.global_batch_size=4",
@@ -270,7 +270,7 @@ def test_launch_as_a_module_under_the_deepspeed_launcher(corpus, tmp_path):
 
 def test_deepspeed_config_owns_batch_clip_and_precision():
     from electra.config import load_config
-    from electra.distributed import deepspeed_config
+    from electra.distributed.deepspeed_glue import deepspeed_config
 
     cfg = load_config(REPO / "electra/configs/small.json", ["train.precision=fp32", "optimizer.grad_clip=0.5"])
     ds = deepspeed_config(cfg, world_size=2)
@@ -283,7 +283,7 @@ def test_deepspeed_config_owns_batch_clip_and_precision():
 
 
 def test_metrics_truncated_to_the_resumed_step(tmp_path):
-    from electra.metrics_log import truncate_after
+    from electra.run.metrics_log import truncate_after
 
     path = tmp_path / "metrics.jsonl"
     lines = [json.dumps({"kind": "train", "step": s, "loss": float(s)}) for s in range(1, 8)]
@@ -293,7 +293,7 @@ def test_metrics_truncated_to_the_resumed_step(tmp_path):
 
 
 def test_peak_flops_table_and_override():
-    from electra.metrics_log import peak_flops, train_record
+    from electra.run.metrics_log import peak_flops, train_record
 
     assert peak_flops("bf16", 1e15) == 1e15
     assert peak_flops("bf16") > peak_flops("fp32") > 0
@@ -303,7 +303,7 @@ def test_peak_flops_table_and_override():
 
 
 def test_precision_fallback_only_off_gpu():
-    from electra.distributed import effective_precision
+    from electra.distributed.deepspeed_glue import effective_precision
 
 
     assert effective_precision("fp32") == "fp32"

@@ -31,7 +31,7 @@ def train(*args, timeout=60, env=None):
 
 def train_ranks(*args, world=2, timeout=300):
     """``train(*args)`` as ranks 0..world-1 of one launch (the launcher's variables), run at once."""
-    from electra.distributed import free_port
+    from electra.distributed.deepspeed_glue import free_port
 
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "HOME": str(Path.home()),
            "WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
@@ -77,7 +77,7 @@ def test_unknown_key_is_one_line_naming_it(corpus, tmp_path):
 def test_a_gpu_preset_on_a_cpu_is_refused_in_one_line_naming_the_fix(preset, corpus, tmp_path):
     """A first-contact path: `--config large` on a laptop used to build a 335 M-parameter model
     and sit at 0/N for minutes; now one line, before any distributed start-up, with the
-    estimated time per step and the presets to use (electra.pretrain_plan.check_fits_machine)."""
+    estimated time per step and the presets to use (electra.run.plan.check_fits_machine)."""
     line = one_line_error(train("--config", preset, "--data", str(corpus), "--out", str(tmp_path / "r"),
                                 "--max-steps", "2"))
     assert line.startswith(f"electra-train: error: --config {preset} is sized for GPUs and this machine has none: ")
@@ -117,7 +117,7 @@ def test_flags_are_generated_from_the_train_section():
     import dataclasses
 
     from electra.config import TrainConfig
-    from electra.pretrain_job import job_from_args
+    from electra.run.job import job_from_args
     from electra.train import parse_args
 
     a = parse_args(["--config", "c", "--data", "d", "--out", "o", "--max-steps", "3", "--micro-batch", "4",
@@ -161,7 +161,7 @@ def test_a_corpus_smaller_than_one_global_batch_is_one_line_naming_the_batch_it_
 @pytest.mark.slow
 def test_on_two_ranks_rank0s_corpus_error_reaches_the_other_rank_as_one_line(tmp_path):
     """Rank 0 alone reads the corpus; its error reaches rank 1 once the process group exists
-    (electra.shared_plan), or rank 1 would wait for it in the rendezvous: both stop, rank 0
+    (electra.run.shared_plan), or rank 1 would wait for it in the rendezvous: both stop, rank 0
     says it in one line, rank 1 says nothing."""
     small = write_tiny_corpus(tmp_path / "small", seq_len=32, train_shards=(3, 2), validation_shards=(1,))
     zero, one = train_ranks("--config", "tiny", "--data", str(small), "--out", str(tmp_path / "r"))

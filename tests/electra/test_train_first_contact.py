@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from electra.config import OptimizerConfig
-from electra.distributed import free_port
-from electra.optim import lr_multiplier
+from electra.distributed.deepspeed_glue import free_port
+from electra.run.optim import lr_multiplier
 from tests.electra._corpus import write_tiny_corpus
 
 REPO = Path(__file__).resolve().parents[2]

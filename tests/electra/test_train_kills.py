@@ -1,6 +1,6 @@
 """Kills of the whole process tree during training AND during recovery: a seeded schedule of SIGKILLs
 of the deepspeed launcher's process group (launcher and both CPU ranks, as a node failure would),
-at hook points (``electra.trainer.TrainHooks``: no race with wall-clock time), each followed by a
+at hook points (``electra.run.trainer.TrainHooks``: no race with wall-clock time), each followed by a
 rerun of the same command. After every kill ``latest`` names a complete checkpoint whose sums
 verify (hashlib over each file); the final per-step losses equal an uninterrupted run's, bitwise.
 """
@@ -14,9 +14,9 @@ import subprocess
 
 import pytest
 
-from electra import run_layout as layout
-from electra.distributed import free_port
-from tests.electra.test_checkpoint_sums import independent_sums, written_sums
+from electra.checkpoint import run_layout as layout
+from electra.distributed.deepspeed_glue import free_port
+from tests.electra.checkpoint.test_sums import independent_sums, written_sums
 from tests.electra.test_train import REPO, VENV_BIN, env, records, trajectory, train_cmd
 
 pytestmark = pytest.mark.slow

@@ -1,5 +1,5 @@
-"""Training start-up's store traffic (electra/pretrain_plan.py, electra/corpus_set.py,
-electra/shared_plan.py): the shard check lists each shard folder once for both splits; with
+"""Training start-up's store traffic (electra/run/plan.py, electra/data/corpus_set.py,
+electra/run/shared_plan.py): the shard check lists each shard folder once for both splits; with
 several ranks only rank 0 reads the corpus (manifest, tokenizer, listing) and every other rank
 takes rank 0's plan, or its error, without a request of its own; the requests are counted by
 proxies in front of a real S3 server (moto)."""
@@ -9,9 +9,9 @@ import re
 
 import pytest
 
-from electra.corpus_set import open_corpora
-from electra.pretrain_job import PretrainJob
-from electra.pretrain_plan import resolve
+from electra.data.corpus_set import open_corpora
+from electra.run.job import PretrainJob
+from electra.run.plan import resolve
 from tests._s3proxy import s3_proxy  # noqa: F401  (fixture)
 from tests.electra._corpus import upload_corpus, write_tiny_corpus
 
@@ -79,8 +79,8 @@ def test_a_single_process_checks_in_resolve_once(remote, tmp_path, monkeypatch):
 RANK_SCRIPT = """
 import json, os, sys
 import torch.distributed as dist
-from electra.pretrain_job import PretrainJob
-from electra.shared_plan import resolve_rank, share
+from electra.run.job import PretrainJob
+from electra.run.shared_plan import resolve_rank, share
 rank = int(os.environ["RANK"])
 resolved = resolve_rank(PretrainJob("tiny", sys.argv[1], sys.argv[2]), rank=rank, world_size=2, precision="fp32")
 dist.init_process_group("gloo", rank=rank, world_size=2)
@@ -107,7 +107,7 @@ def two_ranks(loc: str, run_dir, proxies) -> list[dict]:
     import sys
     from pathlib import Path
 
-    from electra.distributed import free_port
+    from electra.distributed.deepspeed_glue import free_port
 
     repo = Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": str(repo), "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
@@ -169,7 +169,7 @@ def test_a_rank_other_than_0_resolves_without_the_corpus_but_finds_the_config_er
     and its errors, such as a missing corpus, reach the others through ``share``); the errors of
     the run directory and the config it finds itself, as rank 0 does."""
     from common.config import ConfigError
-    from electra.shared_plan import resolve_rank
+    from electra.run.shared_plan import resolve_rank
 
     loc, proxy = remote
     resolved = resolve_rank(PretrainJob("tiny", loc + "-nowhere", str(tmp_path / "run")), rank=1, world_size=2,

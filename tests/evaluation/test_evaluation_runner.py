@@ -8,8 +8,8 @@ import shutil
 import pytest
 
 from common.config import ConfigError
-from electra import eval_handoff as handoff
-from electra import run_layout as layout
+from electra.checkpoint import eval_handoff as handoff
+from electra.checkpoint import run_layout as layout
 from evaluation import eval_layout, report
 from evaluation.evaluation_job import DEFAULT_TASKS, EvaluationJob
 from evaluation.evaluation_runner import EvaluationConflict, EvaluationRunner, Unit, run_unit

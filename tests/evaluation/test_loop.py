@@ -14,8 +14,8 @@ from electra.config import ModelConfig
 from evaluation.heads import FinetuneModel, SequenceHead, SpanHead
 from evaluation.loop import epoch_batches, predict, resolve_precision, seed_everything, train
 from evaluation.recipe import FinetuneRecipe
-from electra.hardware import cpu_features
-from electra.model import ElectraEmbeddings, build_encoder
+from electra.distributed.hardware import cpu_features
+from electra.model.networks import ElectraEmbeddings, build_encoder
 
 # lengths with a realistic spread (GLUE-like: many short rows, a long tail)
 LENGTHS = [int(v) for v in np.random.default_rng(0).integers(3, 120, size=1001)]

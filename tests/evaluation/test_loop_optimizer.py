@@ -18,8 +18,8 @@ from electra.config import ModelConfig
 from evaluation.heads import FinetuneModel, SequenceHead
 from evaluation.loop import make_optimizer, seed_everything, train
 from evaluation.recipe import FinetuneRecipe
-from electra.model import ElectraEmbeddings, build_encoder
-from electra.optim import AdamWeightDecay
+from electra.model.networks import ElectraEmbeddings, build_encoder
+from electra.run.optim import AdamWeightDecay
 
 LAYERS, LR, DECAY, WD, EPS, B1, B2 = 2, 1e-2, 0.8, 0.1, 1e-6, 0.9, 0.999
 STEPS, WARMUP = 6, 2  # 6 epochs of one batch; warm-up int(0.34 × 6) = 2 steps

@@ -9,7 +9,7 @@ import pytest
 from safetensors import safe_open
 
 from common.config import ConfigError
-from electra import run_layout as layout
+from electra.checkpoint import run_layout as layout
 from evaluation import eta
 from evaluation.evaluation_job import EvaluationJob
 from evaluation.preview import preview

@@ -7,7 +7,7 @@ from electra.config import ModelConfig
 from evaluation.heads import FinetuneModel, SequenceHead
 from evaluation.recipe import (FinetuneRecipe, infer_size, layer_rates, param_groups,
                                      recipe_for_size)
-from electra.model import ElectraEmbeddings, build_encoder
+from electra.model.networks import ElectraEmbeddings, build_encoder
 
 
 def tiny_model(num_layers: int, *, embedding_size: int = 8) -> FinetuneModel:

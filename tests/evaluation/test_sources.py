@@ -45,7 +45,7 @@ def test_step_and_run_dirs(tmp_path):
 
 
 def test_step_without_export_falls_back_only_for_the_newest(tmp_path, monkeypatch):
-    from electra import hf_export
+    from electra.checkpoint import hf_export
 
     monkeypatch.delattr(hf_export, "export_checkpoint", raising=False)
     run = tmp_path / "run"
@@ -66,7 +66,7 @@ def test_a_run_means_the_same_checkpoint_to_training_export_and_evaluation(tmp_p
     """The run's ``latest`` pointer names an older complete checkpoint (a kill between a newer
     commit's meta.json and the pointer swap): resume, export, --init-from and the evaluation
     all take the one ``run_layout.resolve_checkpoint`` names, the pointer's."""
-    from electra import run_layout as layout
+    from electra.checkpoint import run_layout as layout
     from evaluation import eval_layout
 
     run = tmp_path / "run"

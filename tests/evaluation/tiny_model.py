@@ -34,8 +34,8 @@ def tiny_export(out_dir: Path, *, tokenizer_dir: Path, num_layers: int = 2, hidd
                 seed: int = 0) -> Path:
     """``out_dir/{discriminator,generator}`` of a randomly initialised tiny ELECTRA."""
     from electra.config import ModelConfig
-    from electra.hf_export import export_hf
-    from electra.model import ElectraForPretraining
+    from electra.checkpoint.hf_export import export_hf
+    from electra.model.networks import ElectraForPretraining
 
     vocab = Tokenizer.from_file(str(tokenizer_dir / "tokenizer.json")).get_vocab_size()
     cfg = ModelConfig(vocab_size=vocab, embedding_size=16, hidden_size=hidden,

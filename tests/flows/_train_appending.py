@@ -5,7 +5,7 @@
 Right after step ``STEP``, the trainer's ``after_step`` hook runs ``electra-build-corpus --source
 SOURCE --out CORPUS --append`` (the real command line, in its own process) and waits for it: the
 append commits while the run is alive, between two steps, as a user's append during a long run
-would. The hook is the trainer's own parameter (``electra.trainer.TrainHooks``).
+would. The hook is the trainer's own parameter (``electra.run.trainer.TrainHooks``).
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import subprocess
 import sys
 
 from electra.train import main
-from electra.trainer import TrainHooks
+from electra.run.trainer import TrainHooks
 
 if __name__ == "__main__":
     p = argparse.ArgumentParser()

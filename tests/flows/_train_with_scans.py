@@ -14,7 +14,7 @@ import json
 import sys
 
 from electra.train import main
-from electra.trainer import TrainHooks
+from electra.run.trainer import TrainHooks
 
 
 def scan_at(steps: set[int], kwargs: dict, log_path: str):

@@ -19,8 +19,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from electra import eval_handoff as handoff
-from electra import run_layout as layout
+from electra.checkpoint import eval_handoff as handoff
+from electra.checkpoint import run_layout as layout
 from evaluation import report
 from tests.electra._corpus import write_tiny_corpus
 from tests.evaluation.glue_files import write_keyword_sst2

@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from electra import eval_handoff as handoff
+from electra.checkpoint import eval_handoff as handoff
 from evaluation import report
 from tests.evaluation.glue_files import write_task
 from tests.flows._eval_data import make_run
@@ -103,7 +103,7 @@ def test_cli_run_dir_prints_progress_and_one_summary(tiny, prefect_harness):
 
     from prefect.settings import PREFECT_API_URL
 
-    from electra.distributed import free_port
+    from electra.distributed.deepspeed_glue import free_port
 
     run = make_run(tiny["root"] / "cli", tiny["export"], [10, 20])
     repo = Path(__file__).resolve().parents[2]

@@ -3,7 +3,7 @@ reads back, and each kind of damage (one byte flipped in the middle; the object 
 size), the reader that consumes it raises ONE line naming the file (and its stage or
 generation), and nothing is published from the damaged bytes.
 
-Artifacts and readers (the training side is in tests/electra/test_damaged_bytes.py):
+Artifacts and readers (the training side is in tests/electra/data/test_damaged_bytes.py):
 
 * a cached stage part (``.work/near_dedup-<key>/data/part-*.parquet``): a resumed build (killed
   in pack, before its manifest) whose pack stage reads it (``pipelines.engine.parts.read_task``);
