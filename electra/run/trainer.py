@@ -199,7 +199,7 @@ class Trainer:
     def evaluate(self) -> dict | None:
         """Validation losses and metrics on a fixed set of examples with fixed masks."""
         plan = self.validation_plan
-        if plan.steps_per_epoch < 1 or self.cfg.data.eval_batches < 1:  # said once at start (pretrain_plan)
+        if plan.steps_per_epoch < 1 or self.cfg.data.eval_batches < 1:  # said once at start (electra.run.plan)
             return None
         window = MetricWindow(self.engine.device)
         self.engine.eval()

@@ -53,7 +53,7 @@ def test_step_name_and_latest_pointer(tmp_path):
     latest = layout.find_latest(tmp_path)
     assert latest.name == "step_00000004"
     read = asdict(layout.CheckpointMeta.read(latest))
-    want = {**asdict(meta(4)), "sums": True}  # the commit says its sums were written (checkpoint_sums)
+    want = {**asdict(meta(4)), "sums": True}  # the commit says its sums were written (electra.checkpoint.sums)
     assert {k: v for k, v in read.items() if k != "saved_at"} == {k: v for k, v in want.items() if k != "saved_at"}
     assert json.loads((latest / "rng_rank0.json").read_text()).keys() >= {"python", "numpy", "torch"}
 

@@ -309,7 +309,7 @@ def test_zero1_resumes_from_2_ranks_on_1_and_from_1_rank_on_2(tmp_path):
     # load (the model states, the param groups, the parameters both partitions overlap) through
     # the mirror (tests/electra/checkpoint/test_mirror.py: without it, once per rank that loads);
     # the saved partition by the rank extracting it and by rank 0 for the common state, and once
-    # more by the rank of its share checking it against its sum before the conversion (checkpoint_sums)
+    # more by the rank of its share checking it against its sum before the conversion (electra.checkpoint.sums)
     read = opens(tmp_path / "opens.log")
     assert read[out / "mp_rank_00_model_states.pt"] == read[out / "zero" / "optimizer_state.pt"] == 1
     params = {f: n for f, n in read.items() if f.parent.parent == out / "zero"}
