@@ -38,9 +38,9 @@ serve: $(STAMP)
 	bash infra/serve.sh
 
 bench: $(STAMP)
-	$(PY) benchmarks/corpus.py
-	$(PY) benchmarks/step.py
-	$(PY) benchmarks/train.py
+	$(PY) benchmarks/corpus/corpus.py
+	$(PY) benchmarks/train/step.py
+	$(PY) benchmarks/train/train.py
 
 # ELECTRA vs MLM at equal training FLOPs on the real books and GLUE tasks (hours on 2 cores;
 # rerun to resume). Extra flags: make electra-vs-mlm EVM_ARGS="--seeds 5".
@@ -49,7 +49,7 @@ EVM_ARGS ?=
 electra-vs-mlm: $(STAMP)
 	test -f bench_out/books/manifest.json || $(PY) -m cli.build_corpus --source $(EVM_DATA)/corpus/gutenberg \
 		--out bench_out/books --profile books --validation-fraction 0.05
-	$(PY) benchmarks/electra_vs_mlm.py --corpus bench_out/books --glue-dir $(EVM_DATA)/glue \
+	$(PY) benchmarks/evaluate/electra_vs_mlm.py --corpus bench_out/books --glue-dir $(EVM_DATA)/glue \
 		--out bench_out/electra_vs_mlm $(EVM_ARGS)
 
 clean:

@@ -1,41 +1,6 @@
-"""The project's benchmarks, importable as ``benchmarks.<name>`` (the package is installed with the
-project, so ``python benchmarks/NAME.py`` works from any folder without a ``sys.path`` patch)."""
-from __future__ import annotations
-
-import importlib
-import importlib.util
-import sys
-from pathlib import Path
-from types import ModuleType
-
-REPO = Path(__file__).resolve().parent.parent
-
-
-def load_test_helper(name: str) -> ModuleType:
-    """The test suite's helper module ``tests.<name>`` (``"electra._corpus"``: the tiny-corpus
-    writer), which some benchmarks share with the tests.
-
-    ``tests`` is not an installed package: under pytest it imports as usual (the repository root
-    is on ``sys.path``); a benchmark run as a script loads the file from this checkout instead,
-    under a private module name, without touching ``sys.path``."""
-    full = f"tests.{name}"
-    try:
-        return importlib.import_module(full)
-    except ModuleNotFoundError as exc:
-        if not exc.name or not full.startswith(exc.name):  # a dependency of the helper is missing
-            raise
-    key = f"benchmarks._tests.{name}"
-    if key in sys.modules:
-        return sys.modules[key]
-    path = REPO / "tests" / Path(*name.split(".")).with_suffix(".py")
-    spec = importlib.util.spec_from_file_location(key, path)
-    if spec is None or spec.loader is None or not path.is_file():
-        raise ModuleNotFoundError(f"{path}: the test helper {full} is not in this checkout", name=full)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[key] = module
-    try:
-        spec.loader.exec_module(module)
-    except BaseException:
-        del sys.modules[key]
-        raise
-    return module
+"""The project's benchmarks, grouped by job: ``corpus`` (build-corpus), ``train`` (pre-training),
+``evaluate`` (fine-tuning, evaluation, the ELECTRA-vs-MLM comparison and the demo's checks),
+``gpu`` (the GPU benchmark and check), ``lifecycle`` (build and train together under faults), and
+``shared`` (the helpers they share). The package is installed with the project, so
+``python benchmarks/GROUP/NAME.py`` works from any folder without a ``sys.path`` patch, as does
+``python -m benchmarks.GROUP.NAME``."""

@@ -5,7 +5,7 @@ and no recorded skip (``RUN/eval/skipped.jsonl``, ``electra.checkpoint.eval_hand
 FIRST in each run: when evaluation is slower than checkpointing, the freshest model is scored
 first, and the trainer's pins keep the older pending ones on disk until they are evaluated or
 the trainer's policy skips them with a reason. The listing reads only folder names and the
-skip log, so an hourly scan of many runs costs milliseconds (benchmarks/eval_scan.py).
+skip log, so an hourly scan of many runs costs milliseconds (benchmarks/evaluate/eval_scan.py).
 """
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ garbled scrapes produce), ``shuffled`` (a prose document with the words of every
 random order) and ``script`` (code that C4's brace and JavaScript rules miss: Python, YAML,
 shell and SQL with comments and docstrings written as sentences). ``mix`` returns ``(text, label)``
 pairs, label ``"clean"`` or the junk kind, used by a test (the goal: >= 0.95 of the junk dropped,
->= 0.95 of the prose kept) and by ``benchmarks/corpus_filters.py``. It lives in ``synthetic``
+>= 0.95 of the prose kept) and by ``benchmarks/corpus/filters.py``. It lives in ``synthetic``
 beside the other generators: deterministic data that the benchmarks and the tests share.
 """
 from __future__ import annotations

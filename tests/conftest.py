@@ -72,7 +72,7 @@ def _fresh_s3_clients():
     if changed:
         pytest.fail("the test left store variables changed (restored now): "
                     + ", ".join(f"{k} {v!r} -> {now!r}" for k, (v, now) in changed.items())
-                    + "; use monkeypatch.setenv or benchmarks._counting_s3.pointed_at", pytrace=False)
+                    + "; use monkeypatch.setenv or benchmarks.shared.counting_s3.pointed_at", pytrace=False)
 
 
 _SESSION: dict = {}  # the session's S3 server and the store variables it set (``s3_server``)
@@ -211,7 +211,7 @@ def s3_server(tmp_path_factory):
     server = S3Server(free_port(), tmp_path_factory.mktemp("moto") / "moto.log")
     env = {"AWS_ENDPOINT_URL": server.endpoint, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
            "AWS_DEFAULT_REGION": "us-east-1"}
-    from benchmarks._counting_s3 import pointed_at
+    from benchmarks.shared.counting_s3 import pointed_at
 
     _SESSION.update(server=server, env=env)
     try:

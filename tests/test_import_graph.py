@@ -12,6 +12,11 @@ Inside ``electra`` the rooms import one way too: the run (``electra.run``) uses 
 it; checkpoints use the model, the data stream and the distributed plumbing; the data stream uses
 the distributed plumbing; the model and the plumbing use only the config. The entry points
 (``electra.train``, ``electra.random_init``) sit above the run.
+
+``benchmarks`` may use the whole project, and nothing in the project uses it. Its groups
+(``benchmarks.corpus``, ``.train``, ``.evaluate``, ``.gpu``, ``.lifecycle``) import only their
+own group and ``benchmarks.shared`` (the helpers, which import nothing else of ``benchmarks``): a
+helper two groups need lives in ``shared``, not in one group's benchmark.
 """
 from __future__ import annotations
 
@@ -19,7 +24,7 @@ import ast
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-PACKAGES = ("common", "pipelines", "electra", "evaluation", "flows", "cli", "synthetic")
+PACKAGES = ("common", "pipelines", "electra", "evaluation", "flows", "cli", "synthetic", "benchmarks")
 # What each package may import from the project (a prefix allows the package or module and
 # everything below it).
 ALLOWED = {
@@ -28,8 +33,9 @@ ALLOWED = {
     "electra": ("common", "electra", "pipelines.schema", "pipelines.tokenizer_files"),
     "evaluation": ("common", "electra", "evaluation", "pipelines.schema", "pipelines.tokenizer_files"),
     "flows": ("common", "pipelines", "electra", "evaluation", "flows"),
-    "cli": PACKAGES,
+    "cli": tuple(p for p in PACKAGES if p != "benchmarks"),
     "synthetic": ("common", "synthetic"),
+    "benchmarks": PACKAGES,
 }
 # The rooms of ``electra`` and what each may import from the others (besides itself and
 # ``electra.config``); a module directly in ``electra/`` must be one of ELECTRA_TOP.
@@ -164,6 +170,36 @@ def test_electra_rooms_import_one_way():
     assert not wrong, "imports against electra's rooms:\n" + "\n".join(wrong)
 
 
+def benchmark_group_violations(edges: dict[str, set[str]]) -> list[str]:
+    """A benchmark imports from ``benchmarks`` only its own group and ``benchmarks.shared``; a
+    module of ``benchmarks.shared`` only ``benchmarks.shared``; no module sits directly in
+    ``benchmarks/`` but its ``__init__``."""
+    groups = {m.split(".")[1] for m in edges if m.startswith("benchmarks.") and m.count(".") >= 2}
+    wrong = []
+    for source, targets in edges.items():
+        parts = source.split(".")
+        if parts[0] != "benchmarks" or source == "benchmarks":
+            continue
+        group = parts[1]
+        if group not in groups:  # a module directly in benchmarks/, not a package of modules
+            wrong.append(f"{source} is in no group of benchmarks/")
+            continue
+        allowed = {"shared", group}
+        for target in targets:
+            if not target.startswith("benchmarks"):
+                continue
+            other = target.split(".")[1] if "." in target else None
+            if other not in allowed:
+                wrong.append(f"{source} imports {target} (a benchmark of benchmarks.{group} may use "
+                             f"{', '.join(f'benchmarks.{a}' for a in sorted(allowed))})")
+    return sorted(wrong)
+
+
+def test_benchmarks_import_only_their_group_and_shared():
+    wrong = benchmark_group_violations(import_edges(project_modules()))
+    assert not wrong, "imports across benchmark groups:\n" + "\n".join(wrong)
+
+
 def test_no_import_cycles_between_files():
     cycles = strongly_connected(import_edges(project_modules()))
     assert not cycles, "files that import each other:\n" + "\n".join(" <-> ".join(c) for c in cycles)
@@ -176,3 +212,22 @@ def test_the_checks_see_a_violation_and_a_cycle():
     edges = import_edges(project_modules())
     assert "common.storage" in edges["pipelines.engine.shuffle"]
     assert "pipelines.schema" in edges["electra.data.corpus"]
+    assert "benchmarks.shared.counting_s3" in edges["benchmarks.corpus.append"]
+
+
+def test_the_benchmark_group_check_sees_a_violation():
+    # on a made-up graph, so the group test above cannot pass vacuously
+    edges = {"benchmarks": set(), "benchmarks.shared": set(), "benchmarks.shared.machine": {"benchmarks.shared"},
+             "benchmarks.corpus": set(), "benchmarks.train": set(),
+             "benchmarks.corpus.scale": {"benchmarks.shared.machine", "benchmarks.corpus.scale_shuffles", "common"},
+             "benchmarks.corpus.scale_shuffles": {"benchmarks.train.mixture"},
+             "benchmarks.train.mixture": {"benchmarks.shared.machine"},
+             "benchmarks.shared.memory": {"benchmarks.corpus.scale"},
+             "benchmarks.stray": {"benchmarks.shared"}}
+    assert benchmark_group_violations(edges) == [
+        "benchmarks.corpus.scale_shuffles imports benchmarks.train.mixture (a benchmark of benchmarks.corpus "
+        "may use benchmarks.corpus, benchmarks.shared)",
+        "benchmarks.shared.memory imports benchmarks.corpus.scale (a benchmark of benchmarks.shared "
+        "may use benchmarks.shared)",
+        "benchmarks.stray is in no group of benchmarks/",
+    ]

@@ -7,7 +7,7 @@ a time on a small cluster); with it off and outputs as small as our writers' sum
 holds admission back, so an execution submits every block's task at once. The driver then holds
 a submitted task's state (Ray Data's task record and output generator, Ray's task spec) for each
 of them until it finishes: measured at tens of KB a task against a few KB a finished block
-(``benchmarks/driver_cluster.py``). Blocks that followed the cluster's CPUs made that grow with
+(``benchmarks/corpus/driver_cluster.py``). Blocks that followed the cluster's CPUs made that grow with
 the cluster; blocks that follow the data, with the data.
 
 ``TasksInFlightCap`` admits an input only while the operator has fewer than ``MAX_TASKS_IN_FLIGHT``

@@ -2,7 +2,7 @@
 number of reduce tasks each read one range of every file (Spark's sort shuffle with a fixed
 reducer count; the spill of Hadoop's and Spark's reducers), partitions come out whole.
 
-Why not Ray Data's shuffles (``benchmarks/corpus_scale.py --blocks`` runs the four side by side
+Why not Ray Data's shuffles (``benchmarks/corpus/scale.py --blocks`` runs the four side by side
 on cluster-sized block counts; the figures are in docs/build-corpus.md). Its pull-based sort
 shuffle makes one reducer per input block: M blocks create M x M objects owned by the driver.
 Its hash shuffle starts a pool of aggregator actors for every shuffle and feeds them one actor
@@ -49,7 +49,7 @@ reduce parallelism, each slice about ``slice_bytes``. Below that (R < file_bytes
 A cluster that picks R from the data (one task per 256 MiB up to its CPUs) therefore pays the
 requests of the data, not data x cluster; the previous design (map files of ``file_bytes``
 whatever R) paid 2 x M x R, which at R = 12,288 meant slices of a few KB and billions of GETs
-(``benchmarks/corpus_scale.py --simulate SIZES --cluster NODESxCPUS`` prints both). The price is
+(``benchmarks/corpus/scale.py --simulate SIZES --cluster NODESxCPUS`` prints both). The price is
 the map side's: fewer, larger map tasks, each spilling its map file to local disk twice over
 (``map_task``). Bytes read = the map files' bytes once plus 8 bytes per (map file, boundary
 between two ranges): 8 (R - 1) M. A reduce task's share grows with the data once R is the

@@ -21,7 +21,7 @@ Which blocks a language runs:
   ``filter.by_language.<code>.lm_quality.reference`` names one for another language, and
   without it the block is off for that language, with a warning.
 
-Calibration (``benchmarks/calibrate_languages.py``; the figures are in docs/languages.md). The
+Calibration (``benchmarks/corpus/calibrate_languages.py``; the figures are in docs/languages.md). The
 Debian Reference is one manual translated section by section; the English default of each rule
 is carried to language L by what the same sections measure in both: a count (words, sentences,
 words per line) or a length (characters of a short line) is scaled by the median over aligned

@@ -2,7 +2,7 @@
 books stays within a measured band of its committed reference curve (tests/assets/curves/tiny_books.json).
 
 The corpus is five named Gutenberg books built by the real builder (``cli.build_corpus --profile
-books``, 4000-token vocabulary; ``benchmarks/reference_curves.py`` holds the recipe); its
+books``, 4000-token vocabulary; ``benchmarks/train/reference_curves.py`` holds the recipe); its
 fingerprint (sha256 over the tokenizer's and shards' sha256) must equal the asset's, so a builder
 change that alters the data fails here with that message rather than as a curve drift. The run
 trains ``STEPS`` steps of the preset's 300-step schedule (the LR schedule follows
@@ -27,7 +27,7 @@ import pytest
 
 from electra.config import load_config
 
-from benchmarks import reference_curves as rc
+from benchmarks.train import reference_curves as rc
 
 REPO = Path(__file__).resolve().parents[2]
 ASSET = REPO / "tests" / "assets" / "curves" / "tiny_books.json"

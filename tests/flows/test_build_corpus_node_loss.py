@@ -132,5 +132,5 @@ def test_build_finishes_after_losing_a_worker_node_mid_stage(setting, doomed_clu
     attempts = {name: manifest.stats[name].get("attempts") for name in ("exact_dedup", "near_dedup", "pack", "shard")}
     Path(doomed_cluster["ray_temp"], "stage_attempts.json").write_text(json.dumps(attempts))
     # Ray's task retries and lineage reconstruction absorbed the loss: the runner never threw the
-    # stage's finished work away to run it again (benchmarks/node_loss.py counts what was redone).
+    # stage's finished work away to run it again (benchmarks/corpus/node_loss.py counts what was redone).
     assert attempts["exact_dedup"] == 1, attempts

@@ -1,13 +1,13 @@
 """Real non-English text for tests: the committed assets and, when extracted, the held-out set.
 
 ``documents(lang)`` reads ``tests/assets/languages/<lang>.txt`` (written by
-``benchmarks/language_texts.py --write-assets``; sources and licences in ``SOURCES.md`` there):
+``benchmarks/corpus/language_texts.py --write-assets``; sources and licences in ``SOURCES.md`` there):
 ~30 documents per development language, separated by lines holding only ``%%%``. Prose sections
 of the translated Debian Reference (the Debian FAQ for ``ko``) for the ``PROSE_LANGS``, fortune-cookie entries for the
 ``FORTUNE_LANGS``.
 
 ``heldout_documents(lang)`` reads ``bench_out/languages/heldout/<lang>.jsonl``, which only exists
-after ``python benchmarks/language_texts.py`` has run on this machine (it needs the .deb files).
+after ``python benchmarks/corpus/language_texts.py`` has run on this machine (it needs the .deb files).
 Held-out text is for acceptance checks, never for calibration or committed assets; a test that
 uses it skips when it is absent::
 
@@ -33,7 +33,7 @@ HELDOUT_LANGS = ("ja", "it", "it-fortunes", "ru-fortunes")
 SCRIPT = {"zh-cn": "Han", "zh-tw": "Han", "zh-fortunes": "Han", "fr": "Latin", "de": "Latin",
           "es": "Latin", "pt": "Latin", "de-fortunes": "Latin", "ko": "Hangul", "ja": "Japanese",
           "it": "Latin", "it-fortunes": "Latin", "ru-fortunes": "Cyrillic"}
-HELDOUT_MISSING = ("held-out language texts absent: run `python benchmarks/language_texts.py` "
+HELDOUT_MISSING = ("held-out language texts absent: run `python benchmarks/corpus/language_texts.py` "
                    "(needs the Debian packages in /tmp/deb, or --fetch)")
 
 

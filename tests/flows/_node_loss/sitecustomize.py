@@ -17,7 +17,7 @@ as its module is imported; what the wrapper does depends on ``NODE_LOSS_ROLE``:
   function in at least ``NTH + 1`` tasks. ``NODE_LOSS_WAIT_S`` bounds the wait (a safety net for a
   stage with one such task: the build then goes on, no node dies, and the test says so).
 
-Counting (``benchmarks/node_loss.py``): with ``NODE_LOSS_COUNT=<file>`` every call of each
+Counting (``benchmarks/corpus/node_loss.py``): with ``NODE_LOSS_COUNT=<file>`` every call of each
 function in ``NODE_LOSS_COUNT_AT`` (``module:qualname`` separated by commas; Ray Data's
 ``_map_task`` and our shuffle's map writers count the Ray tasks a build runs) appends one line
 ``<role> <module:qualname>`` to that file (one ``O_APPEND`` write: lines from several processes

@@ -1,7 +1,7 @@
 """Hand-made documents for the filter block tests, and running one block or datatrove's twin."""
 from __future__ import annotations
 
-from benchmarks.corpus_filters import datatrove_filters, datatrove_verdict, exact_config
+from benchmarks.corpus.filters import datatrove_filters, datatrove_verdict, exact_config
 from pipelines.config import FilterConfig
 from pipelines.filters import Doc, build_blocks, normalize_text, run_blocks
 

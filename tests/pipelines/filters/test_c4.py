@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.corpus_filters import datatrove_filters, datatrove_verdict, exact_config
+from benchmarks.corpus.filters import datatrove_filters, datatrove_verdict, exact_config
 from pipelines.config import FilterConfig
 from pipelines.filters import Doc, normalize_text, run_blocks
 from tests.pipelines.filters._docs import SENTENCES, block, exact_block, reason, verdict

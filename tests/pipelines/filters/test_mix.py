@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.corpus_filters import datatrove_filters, datatrove_verdict, exact_config, quality
+from benchmarks.corpus.filters import datatrove_filters, datatrove_verdict, exact_config, quality
 from synthetic import web_junk
 from pipelines.config import FilterConfig
 from pipelines.filters import Doc, build_blocks, normalize_text, run_blocks

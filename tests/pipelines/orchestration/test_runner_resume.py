@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.node_loss import ATTEMPT_LOG
+from benchmarks.corpus.node_loss import ATTEMPT_LOG
 from synthetic import prose
 from tests._procs import run_in_group
 

@@ -1,0 +1,1 @@
+"""The whole lifecycle, corpus build then training, under injected faults (``soak.py``)."""
