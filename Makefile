@@ -9,7 +9,7 @@ export TOKENIZERS_PARALLELISM := false
 # private servers turn it off themselves, flows/runtime.py).
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 
-.PHONY: install demo test test-fast serve bench electra-vs-mlm clean
+.PHONY: install demo test test-slow test-all serve bench electra-vs-mlm clean
 
 install: $(STAMP)
 
@@ -25,14 +25,21 @@ demo: $(STAMP)
 	$(PY) -m cli.demo --out demo_out
 
 # Two test processes (pytest-xdist), one test file each at a time: most tests wait on servers,
-# subprocesses and clusters rather than computing, so two share 2 cores well (20 -> 14 min).
+# subprocesses and clusters rather than computing, so two share 2 cores well.
 TEST_WORKERS ?= 2
+PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --timeout=900 --durations=15
 
+# `make test`: everything a change should be checked against; the tests marked slow (kills and
+# reruns of whole builds and runs, clusters losing nodes, failing stores, soaks, multi-launch
+# resumes, benchmark smoke runs) run with `make test-all`, or alone with `make test-slow`.
 test: $(STAMP)
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --timeout=900 --durations=15 tests
+	$(PYTEST) -m "not slow" tests
 
-test-fast: $(STAMP)
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not slow" tests
+test-slow: $(STAMP)
+	$(PYTEST) -m slow tests
+
+test-all: $(STAMP)
+	$(PYTEST) tests
 
 serve: $(STAMP)
 	bash infra/serve.sh

@@ -99,6 +99,7 @@ def _documents(lang: str) -> list[str]:
     return [d.strip() for d in text.split("\n%%%\n") if d.strip()]
 
 
+@pytest.mark.slow  # a whole build through the CLI (make test-all)
 def test_a_build_says_each_warning_once_and_no_ray_notices(tmp_path):
     """Real German prose as JSON Lines: the build's warnings (here: no validation examples from
     30 documents) appear once each, in the closing lines, not also as log lines; Ray's token

@@ -174,6 +174,7 @@ def test_config_file_is_not_overridden_by_flags_that_were_not_passed(tmp_path):
         corpus_config(overrides=["pack.seq_len=long"])
 
 
+@pytest.mark.slow  # a kill or a rerun of a whole build (fault recovery: make test-all)
 def test_cli_killed_mid_build_then_rerun_gives_byte_identical_shards(corpus, tmp_path):
     """SIGKILL at a chosen point (after exact dedup wrote its parts, before its marker), then the
     same command again: the same bytes as a clean build."""

@@ -38,6 +38,9 @@ from synthetic import prose
 from tests.pipelines.decontaminate.test_protected import (MRPC_HEADER, ref_ngrams, ref_tokens, sentence,
                                                           vocabulary, write_squad, write_tsv)
 
+# slow: a whole build through the flow for one planted sentence; pipelines/decontaminate's tests run on every change
+pytestmark = pytest.mark.slow
+
 CONFIG = {"tokenizer": {"vocab_size": 700, "min_frequency": 1}, "shard": {"min_shards_per_split": 1},
           "rejected": {"full_text": True}}
 FLAGS = ["--seq-len", "64", "--validation-fraction", "0.1", "--seed", "7", "--keep-cache"]

@@ -85,6 +85,7 @@ def _killed_in_pack(raw: Path, out: Path) -> CorpusBuild:
 
 
 # ------------------------------------------------------------------------------ cached stage part
+@pytest.mark.slow  # a kill or a rerun of a whole build (fault recovery: make test-all)
 @pytest.mark.parametrize("how", DAMAGES)
 def test_a_damaged_cached_part_fails_the_resumed_build_naming_it_and_its_stage(raw, copy, how):
     out, _ = copy

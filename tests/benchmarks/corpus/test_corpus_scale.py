@@ -11,6 +11,9 @@ from benchmarks.corpus import scale_shuffles as css
 from common.hashing import stable_uid
 from synthetic import web_corpus
 
+# slow: a benchmark's smoke run: rerun when its benchmark changes, not on every change (make test-all)
+pytestmark = pytest.mark.slow
+
 
 def _t(kind: str, me: int, of: int | None = None, **extra) -> dict:
     rec = {"id": f"d{me}", "kind": kind, "file": "f", "offset": me, **extra}

@@ -11,6 +11,9 @@ from benchmarks.corpus import scale_simulate as sim
 from benchmarks.shared.counting_s3 import classify
 from pipelines.engine import map_file
 
+# slow: a benchmark's smoke run: rerun when its benchmark changes, not on every change (make test-all)
+pytestmark = pytest.mark.slow
+
 
 def test_counts_follow_the_default_config_and_the_previous_formula():
     assert sim.true_counts(10) == {"bytes": 10 << 30, "map_files": 80, "partitions": 160, "reduce_tasks": 8}

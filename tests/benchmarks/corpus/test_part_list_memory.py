@@ -3,6 +3,10 @@ in-marker lists, on the same parts (the benchmark itself checks that both list t
 from __future__ import annotations
 
 from benchmarks.corpus import part_list_memory
+import pytest
+
+# slow: a benchmark's smoke run: rerun when its benchmark changes, not on every change (make test-all)
+pytestmark = pytest.mark.slow
 
 
 def test_lists_beside_the_marker_hold_less_and_the_marker_stays_small(tmp_path):

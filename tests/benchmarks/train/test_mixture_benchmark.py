@@ -9,6 +9,9 @@ import pytest
 from benchmarks.train import mixture
 from common import storage
 
+# slow: a benchmark's smoke run: rerun when its benchmark changes, not on every change (make test-all)
+pytestmark = pytest.mark.slow
+
 OPS = ("build", "ordered_shards", "schedule")
 
 

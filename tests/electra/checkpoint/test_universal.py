@@ -279,6 +279,7 @@ def load(out: Path, name: str) -> dict:
     return torch.load(out / name, weights_only=False)
 
 
+@pytest.mark.slow  # three launches of the DeepSpeed launcher (make test-all)
 def test_zero1_resumes_from_2_ranks_on_1_and_from_1_rank_on_2(tmp_path):
     """2 -> 1 and 1 -> 2 with ZeRO-1 fp32: the universal conversion, the load, the next step."""
     a_run, b_run = tmp_path / "run_a", tmp_path / "run_b"

@@ -341,6 +341,7 @@ def test_exact_and_near_dedup_keep_the_smallest_uid(ray_local, tmp_path):
     assert stats["near_duplicates"] == 1 and stats["clusters"] == 1
 
 
+@pytest.mark.slow  # request counts of the shuffles at several sizes (a scale property: make test-all)
 def test_only_small_keys_go_through_the_shuffles(ray_local, monkeypatch, tmp_path):
     """Every shuffle of dedup and connected components sees integer keys and sketches, never text;
     the band rows carry no sketch (an empty one), and only a shared bucket's rows get one."""

@@ -129,6 +129,7 @@ def test_settings_that_change_the_corpus_are_refused(tmp_path, ray_local, texts)
         CorpusJob.load(sources=[str(new)], out=str(tmp_path / "nothing-here"), append=True)
 
 
+@pytest.mark.slow  # a kill or a rerun of a whole build (fault recovery: make test-all)
 def test_a_killed_append_leaves_the_corpus_and_a_rerun_finishes_it(tmp_path, ray_local, texts, monkeypatch):
     import pipelines.shard as shard_module
 

@@ -139,6 +139,7 @@ def test_quarantine_is_compressed_prefix_only_and_counts_every_drop(clean):
     assert any(rec["chars"] > len(rec["text"]) for _, rec in records), "no text was cut to its prefix"
 
 
+@pytest.mark.slow  # a kill or a rerun of a whole build (fault recovery: make test-all)
 def test_keep_cache_reruns_only_what_a_config_change_touches(raw, tmp_path, ray_local):
     out = tmp_path / "c"
     first = build(raw, out, keep_cache=True).run()
@@ -162,6 +163,7 @@ def test_without_keep_cache_a_later_change_rebuilds_from_pruned_inputs(raw, clea
         [n for n in ORDER if n not in ("tokenizer", "index")]
 
 
+@pytest.mark.slow  # a kill or a rerun of a whole build (fault recovery: make test-all)
 @pytest.mark.parametrize("point", ["near_dedup", "shard"])
 def test_kill_at_a_stage_boundary_then_rerun_gives_identical_shards(raw, clean, tmp_path, point):
     clean_out, manifest = clean
@@ -177,6 +179,7 @@ def test_kill_at_a_stage_boundary_then_rerun_gives_identical_shards(raw, clean, 
         assert (out / s.path).read_bytes() == (clean_out / s.path).read_bytes()
 
 
+@pytest.mark.slow  # a kill or a rerun of a whole build (fault recovery: make test-all)
 def test_interrupted_publish_keeps_the_previous_corpus_readable(raw, tmp_path, ray_local):
     out = tmp_path / "c"
     a = build(raw, out).run()
@@ -217,6 +220,7 @@ def test_bad_config_and_locations_fail_before_any_work(raw, tmp_path, s3_server)
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.slow  # a kill or a rerun of a whole build (fault recovery: make test-all)
 def test_kept_caches_never_outlive_the_outputs_they_describe(raw, tmp_path, ray_local):
     """With --keep-cache, builds A, B, C then A again: A's shards were garbage-collected after C,
     so A's markers went with them and A is rebuilt, never published with missing shards."""
@@ -265,6 +269,7 @@ def test_an_altered_part_list_fails_the_publish_naming_it(raw, clean, tmp_path):
     assert schema.Manifest.load(str(out)).rejected == schema.Manifest.load(str(clean[0])).rejected
 
 
+@pytest.mark.slow  # a kill or a rerun of a whole build (fault recovery: make test-all)
 @pytest.mark.parametrize("slice_mb,streamed", [(0.0001, False), (0.002, True)])
 def test_shards_do_not_depend_on_shuffle_sizes_or_read_blocks(raw, clean, tmp_path, monkeypatch, slice_mb, streamed):
     """``shuffle.*`` and the read tasks' grouping change requests and memory, never the corpus:

@@ -20,6 +20,9 @@ from benchmarks.corpus.node_loss import ATTEMPT_LOG
 from synthetic import prose
 from tests._procs import run_in_group
 
+# slow: builds failed and resumed at each stage (fault recovery, make test-all)
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[3]
 HOOK = Path(__file__).resolve().parent / "_transient"
 CFG = {"tokenizer": {"vocab_size": 700, "min_frequency": 1}, "shard": {"min_shards_per_split": 3},
