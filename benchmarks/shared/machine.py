@@ -65,13 +65,6 @@ def cpu_kind_line(m: dict[str, Any]) -> str:
     return f"CPU: {m['model']} ({m['kind']}), {m['cores']} cores; load average {m['loadavg']}"
 
 
-
-
 def cpu_line() -> str:
-    model = ""
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout
-        model = next((ln.split(":", 1)[1].strip() for ln in out.splitlines() if ln.startswith("Model name")), "")
-    except OSError:
-        pass
+    model = cpu_kind()["model"]
     return f"CPU: {model or 'unknown'}, {os.cpu_count()} cores; load average {os.getloadavg()[0]:.2f}"
