@@ -207,7 +207,7 @@ def s3_server(tmp_path_factory):
     for the whole session (so subprocesses and Ray workers started later inherit them)."""
     import moto  # noqa: F401  (a test dependency: without it the storage tests must fail, not skip)
 
-    from electra.distributed.deepspeed_glue import free_port
+    from common.ports import free_port
     server = S3Server(free_port(), tmp_path_factory.mktemp("moto") / "moto.log")
     env = {"AWS_ENDPOINT_URL": server.endpoint, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
            "AWS_DEFAULT_REGION": "us-east-1"}

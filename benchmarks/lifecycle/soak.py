@@ -113,7 +113,7 @@ class Soak:
                  "--save-every", str(SAVE_EVERY), "--micro-batch", "4", "--seed", "7", "--set",
                  "train.global_batch_size=8", "--set", "train.eval_every=0", *extra]
         if self.ranks > 1:
-            from electra.distributed.deepspeed_glue import free_port
+            from common.ports import free_port
 
             prog = [str(Path(sys.executable).parent / "deepspeed"), "--num_gpus", str(self.ranks),
                     "--master_port", str(free_port()), *script]

@@ -240,7 +240,7 @@ main(sys.argv[1:])
 def start_moto(log: Path | None = None, *, cached_lookup: bool = True) -> tuple[subprocess.Popen, str]:
     """moto's S3 server on a free loopback port (``cached_lookup``: its per-request backend lookup
     computed once, ``_FAST_MOTO``); returns the process and its endpoint."""
-    from electra.distributed.deepspeed_glue import free_port
+    from common.ports import free_port
 
     port = free_port()
     out = open(log, "wb") if log else subprocess.DEVNULL

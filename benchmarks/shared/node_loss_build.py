@@ -82,7 +82,7 @@ def drive(spec: dict[str, Any]) -> None:
 
 # ----------------------------------------------------------------------------- one build
 def _start_cluster(temp: str, head_env: dict[str, str], worker_env: dict[str, str]) -> str:
-    from electra.distributed.deepspeed_glue import free_port
+    from common.ports import free_port
     from tests.flows.test_build_corpus_node_loss import HEALTH_CHECK, SYSTEM_CONFIG
 
     ray = str(Path(sys.executable).parent / "ray")

@@ -187,7 +187,7 @@ def baseline(args) -> int:
 def launch(role: str, world: int, results: Path, extra: list[str]) -> list[dict]:
     """``world`` processes of ``role`` (a process group on a free local port, as a launcher sets
     it up); their result files."""
-    from electra.distributed.deepspeed_glue import free_port
+    from common.ports import free_port
 
     shutil.rmtree(results, ignore_errors=True)
     results.mkdir(parents=True)

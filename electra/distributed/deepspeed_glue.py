@@ -37,7 +37,6 @@ import contextlib
 import copy
 import logging
 import os
-import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, TypeVar
@@ -46,6 +45,7 @@ import torch
 import torch.distributed as dist
 
 from common.config import ConfigError
+from common.ports import free_port
 from electra.distributed.batch_geometry import Resuming, batch_geometry
 from electra.config import ElectraConfig
 from electra.distributed.hardware import cpu_features, native_bf16
@@ -64,13 +64,6 @@ class DistInfo:
 # A one-rank group's store port is picked free and bound a moment later by torch; another process
 # (parallel runs on one machine) can take it in between: try a new one that many times.
 PORT_ATTEMPTS = 5
-
-
-def free_port() -> int:
-    """A loopback port free at the time of the call (the OS picks it)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # DeepSpeed's lines that every run of ours printed and that ask nothing of the user (each filter

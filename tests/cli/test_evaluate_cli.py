@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from electra.distributed.deepspeed_glue import free_port
+from common.ports import free_port
 from tests.evaluation.glue_files import write_keyword_sst2
 from tests.evaluation.tiny_model import tiny_export, train_tokenizer
 from tests.flows._eval_data import make_run

@@ -146,7 +146,7 @@ def test_a_resume_on_a_corpus_whose_recorded_generation_changed_is_one_line(temp
 def test_two_ranks_follow_the_corpus_as_one(template, reference, tmp_path):
     """Rank 0 reads the manifest at each epoch start and the other rank takes its answer: the
     global batches (rank 0's examples, then rank 1's) are the one-rank reference's."""
-    from electra.distributed.deepspeed_glue import free_port
+    from common.ports import free_port
 
     corpus = fresh_corpus(template, tmp_path / "corpus")
     out = tmp_path / "run"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from electra.checkpoint import run_layout as layout
-from electra.distributed.deepspeed_glue import free_port
+from common.ports import free_port
 from electra.data.sample_log import read_sample_log
 from tests.electra.test_train import records, run, train_cmd
 

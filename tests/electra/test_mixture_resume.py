@@ -12,7 +12,7 @@ from electra.checkpoint import run_layout as layout
 from tests.electra._corpus import write_tiny_corpus
 from tests.electra.test_elastic_resume import global_batches
 from tests.electra.test_train import records, run, train_cmd
-from electra.distributed.deepspeed_glue import free_port
+from common.ports import free_port
 
 pytestmark = pytest.mark.slow  # five trainer launches
 

@@ -16,7 +16,7 @@ import torch
 
 from electra.checkpoint import run_layout as layout
 from electra.checkpoint.deepspeed_states import checkpoint_state_dict
-from electra.distributed.deepspeed_glue import free_port
+from common.ports import free_port
 from electra.checkpoint.hf_export import export_checkpoint
 from electra.data.sample_log import read_sample_log
 from electra.train import parse_args

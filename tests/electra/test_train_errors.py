@@ -31,7 +31,7 @@ def train(*args, timeout=60, env=None):
 
 def train_ranks(*args, world=2, timeout=300):
     """``train(*args)`` as ranks 0..world-1 of one launch (the launcher's variables), run at once."""
-    from electra.distributed.deepspeed_glue import free_port
+    from common.ports import free_port
 
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "HOME": str(Path.home()),
            "WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}

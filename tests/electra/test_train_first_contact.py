@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from electra.config import OptimizerConfig
-from electra.distributed.deepspeed_glue import free_port
+from common.ports import free_port
 from electra.run.optim import lr_multiplier
 from tests.electra._corpus import write_tiny_corpus
 

@@ -15,7 +15,7 @@ import subprocess
 import pytest
 
 from electra.checkpoint import run_layout as layout
-from electra.distributed.deepspeed_glue import free_port
+from common.ports import free_port
 from tests.electra.checkpoint.test_sums import independent_sums, written_sums
 from tests.electra.test_train import REPO, VENV_BIN, env, records, trajectory, train_cmd
 

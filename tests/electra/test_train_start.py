@@ -107,7 +107,7 @@ def two_ranks(loc: str, run_dir, proxies) -> list[dict]:
     import sys
     from pathlib import Path
 
-    from electra.distributed.deepspeed_glue import free_port
+    from common.ports import free_port
 
     repo = Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": str(repo), "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",

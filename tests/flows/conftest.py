@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from electra.distributed.deepspeed_glue import free_port
+from common.ports import free_port
 from tests._procs import kill_mentioning
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from electra.distributed.deepspeed_glue import free_port
+from common.ports import free_port
 from pipelines import schema
 from tests._procs import kill_mentioning, run_in_group
 from tests.flows._bucket_corpus import bucket_corpus

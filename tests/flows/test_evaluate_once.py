@@ -103,7 +103,7 @@ def test_cli_run_dir_prints_progress_and_one_summary(tiny, prefect_harness):
 
     from prefect.settings import PREFECT_API_URL
 
-    from electra.distributed.deepspeed_glue import free_port
+    from common.ports import free_port
 
     run = make_run(tiny["root"] / "cli", tiny["export"], [10, 20])
     repo = Path(__file__).resolve().parents[2]

@@ -79,7 +79,7 @@ def test_uses_the_server_at_prefect_api_url(tmp_path, prefect_harness):
 
 
 def test_a_server_that_does_not_answer_is_one_line(tmp_path):
-    from electra.distributed.deepspeed_glue import free_port
+    from common.ports import free_port
 
     url = f"http://127.0.0.1:{free_port()}/api"  # nothing listens there
     done, _ = _probe(_env(tmp_path, PREFECT_API_URL=url))

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from electra.distributed.deepspeed_glue import free_port
+from common.ports import free_port
 from pipelines import schema
 from synthetic import prose
 from tests.electra._corpus import write_tiny_corpus

@@ -26,7 +26,7 @@ import torch
 
 from electra.checkpoint import run_layout as layout
 from electra.checkpoint import universal as uc
-from electra.distributed.deepspeed_glue import free_port
+from common.ports import free_port
 from tests._opens import opens
 
 REPO = Path(__file__).resolve().parents[3]

@@ -56,7 +56,8 @@ def test_one_cpu_process_neither_builds_nor_loads_the_shm_op(tmp_path):
 def test_two_cpu_ranks_leave_no_shared_memory_segment_behind(tmp_path):
     # DeepSpeed never unlinks its CPU all-reduce segments (69 MB per rank in /dev/shm); each rank
     # unlinks its own once all are mapped, and the shared-memory all-reduce still works after.
-    from electra.distributed.deepspeed_glue import SHM_SEGMENT, free_port
+    from common.ports import free_port
+    from electra.distributed.deepspeed_glue import SHM_SEGMENT
 
     port = str(free_port())
     code = ("import torch, torch.distributed as dist\nfrom electra.distributed.deepspeed_glue import init_distributed, shutdown\n"
