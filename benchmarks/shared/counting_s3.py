@@ -26,7 +26,7 @@ moment under NAME; ``phases()`` gives each phase's counts (from the previous mar
 run in a child process uses it to split its requests into map side, reduce side and clean-up
 without a channel of its own.
 
-``benchmarks/train/start.py`` has an earlier copy of the server start and the bytes-out
+``benchmarks/train/start_proxy.py`` has an earlier copy of the server start and the bytes-out
 counting (``CountingProxy`` there counts answers' bytes only); this module is meant to replace it.
 """
 from __future__ import annotations

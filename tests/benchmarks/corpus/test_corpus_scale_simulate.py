@@ -1,6 +1,7 @@
-"""benchmarks/corpus/scale_simulate: the counts it simulates, and one tiny shuffle through the real
-path (Ray, ``shuffle``/``reduce``, moto's S3 server behind the counting proxy) whose requests and
-bytes must be exactly what the map-file format says."""
+"""benchmarks/corpus/scale_simulate: the counts it simulates (``scale_simulate_plan``), the reduce
+tasks it affords (``scale_simulate_rate``), and one tiny shuffle through the real path (Ray,
+``shuffle``/``reduce``, moto's S3 server behind the counting proxy) whose requests and bytes must
+be exactly what the map-file format says."""
 from __future__ import annotations
 
 import importlib.util
@@ -8,6 +9,8 @@ import importlib.util
 import pytest
 
 from benchmarks.corpus import scale_simulate as sim
+from benchmarks.corpus import scale_simulate_plan as sim_plan
+from benchmarks.corpus import scale_simulate_rate as sim_rate
 from benchmarks.shared.counting_s3 import classify
 from pipelines.engine import map_file
 
@@ -16,33 +19,36 @@ pytestmark = pytest.mark.slow
 
 
 def test_counts_follow_the_default_config_and_the_previous_formula():
-    assert sim.true_counts(10) == {"bytes": 10 << 30, "map_files": 80, "partitions": 160, "reduce_tasks": 8}
-    assert sim.true_counts(10000)["map_files"] == 80_000 and sim.true_counts(10000)["partitions"] == 160_000
+    assert sim_plan.true_counts(10) == {"bytes": 10 << 30, "map_files": 80, "partitions": 160,
+                                        "reduce_tasks": 8}
+    assert sim_plan.true_counts(10000)["map_files"] == 80_000
+    assert sim_plan.true_counts(10000)["partitions"] == 160_000
     # the previous design: R followed the data (one per 256 MiB), P capped at 4,096
-    assert sim.previous_counts(10) == {"map_files": 80, "partitions": 160, "reduce_tasks": 40, "PUT": 80,
-                                       "GET": 6400}
-    assert sim.previous_counts(1000)["reduce_tasks"] == 4000 and sim.previous_counts(10000)["partitions"] == 4096
+    assert sim_plan.previous_counts(10) == {"map_files": 80, "partitions": 160, "reduce_tasks": 40, "PUT": 80,
+                                            "GET": 6400}
+    assert sim_plan.previous_counts(1000)["reduce_tasks"] == 4000
+    assert sim_plan.previous_counts(10000)["partitions"] == 4096
 
 
 def test_a_plan_scales_every_size_by_one_factor_and_keeps_m_and_p():
-    plan = sim.plan_for(100, rows_per_file=240, reduce_tasks=2, folder="s3://b/x")
+    plan = sim_plan.plan_for(100, rows_per_file=240, reduce_tasks=2, folder="s3://b/x")
     assert (plan["map_files"], plan["partitions"], plan["reduce_tasks"]) == (800, 1600, 2)
-    assert plan["file_bytes"] == 240 * sim.ROW_BYTES and plan["partition_bytes"] == plan["file_bytes"] // 2
+    assert plan["file_bytes"] == 240 * sim_plan.ROW_BYTES and plan["partition_bytes"] == plan["file_bytes"] // 2
     # R lowered from the cluster's 8 to 2: each task gets 4x the memory, so as many spill runs as one of 8
     assert plan["memory_bytes"] == 2 * plan["file_bytes"] * 4  # 256 MiB x s x 8 / 2
     assert plan["runs_per_task"] == 50  # 100 GB / 8 tasks / 256 MiB
     for size in (10, 1000, 10000):  # the same M and P as the default config at every size
-        plan = sim.plan_for(size, rows_per_file=240, reduce_tasks=2, folder="s3://b/x")
-        want = sim.true_counts(size)
+        plan = sim_plan.plan_for(size, rows_per_file=240, reduce_tasks=2, folder="s3://b/x")
+        want = sim_plan.true_counts(size)
         assert (plan["map_files"], plan["partitions"]) == (want["map_files"], want["partitions"])
 
 
 def test_reduce_tasks_are_lowered_until_the_largest_size_fits_the_budget():
     rate = {"put_head_per_s": 200.0, "ranged_get_per_s": 200.0, "clients": 2}
-    assert sim.choose_reduce_tasks([10, 100], rate, 25) == 8
-    assert sim.choose_reduce_tasks([10, 1000], rate, 25) == 8  # 128,000 GETs: 10.7 min
-    assert sim.choose_reduce_tasks([10, 10000], rate, 25) == 2  # 1 task reads at half the rate: no faster
-    assert sim.choose_reduce_tasks([10, 10000], rate, 60) == 4
+    assert sim_rate.choose_reduce_tasks([10, 100], rate, 25) == 8
+    assert sim_rate.choose_reduce_tasks([10, 1000], rate, 25) == 8  # 128,000 GETs: 10.7 min
+    assert sim_rate.choose_reduce_tasks([10, 10000], rate, 25) == 2  # 1 task reads at half the rate: no faster
+    assert sim_rate.choose_reduce_tasks([10, 10000], rate, 60) == 4
 
 
 def test_the_proxy_tells_request_kinds_apart():
@@ -60,7 +66,7 @@ def test_the_proxy_tells_request_kinds_apart():
 def test_a_tiny_shuffle_makes_exactly_the_requests_the_format_implies(tmp_path):
     # 6 map files (0.75 GB's count), 12 partitions, 4 reduce tasks; a task memory of 20 KB so that
     # every reduce task spills runs of its ~50 KB range to local disk
-    plan = sim.plan_for(0.75, rows_per_file=240, reduce_tasks=4, folder="s3://simulate/tiny")
+    plan = sim_plan.plan_for(0.75, rows_per_file=240, reduce_tasks=4, folder="s3://simulate/tiny")
     plan["memory_bytes"] = 20_000
     m, p, r = plan["map_files"], plan["partitions"], plan["reduce_tasks"]
     assert (m, p, r) == (6, 12, 4)
