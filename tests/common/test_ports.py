@@ -40,7 +40,7 @@ def test_a_port_in_use_is_not_returned(monkeypatch):
     held.listen(1)
     busy = held.getsockname()[1]
     draws = iter([busy, busy])
-    monkeypatch.setattr(ports, "ephemeral_start", lambda: busy + 1 + ports.DRAWS + ports.LOWEST)
+    monkeypatch.setattr(ports, "ephemeral_start", lambda: busy + 1)  # the window [LOWEST, busy] holds busy
     real = ports._draw.randrange
     monkeypatch.setattr(ports._draw, "randrange", lambda lo, hi: next(draws, None) or real(lo, hi))
     try:
